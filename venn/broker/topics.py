@@ -1,0 +1,116 @@
+"""Every Venn topic name, and their explicit creation.
+
+Tansu auto-creates an unknown topic with 4 partitions as soon as anyone produces to it or
+asks for its metadata; Faust then crash-loops on a partition mismatch between a table's
+source topic and its changelog. So all topics (Faust changelogs included) are created here,
+before any service starts, and nothing here asks metadata for a topic by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import for_code
+
+CHECKINS = "venn.checkins"
+"""Device check-ins. Key: device_id."""
+JOBS = "venn.jobs"
+"""Job registered, round requested, job cancelled. Key: job_id."""
+ASSIGNMENTS = "venn.assignments"
+"""Scheduler -> coordinators: a device assigned to a job's round. Key: job_id."""
+RESULTS = "venn.results"
+"""Devices -> coordinators: a device's result or failure for an assignment. Key: job_id."""
+ROUNDS = "venn.rounds"
+"""Coordinators -> recorder/scheduler: round closed, job finished. Key: job_id."""
+DEAD_LETTERS = "venn.dead-letters"
+"""Anything malformed: original bytes + reason + source topic/partition/offset."""
+
+ALL_TOPICS: tuple[str, ...] = (CHECKINS, JOBS, ASSIGNMENTS, RESULTS, ROUNDS, DEAD_LETTERS)
+
+_TOPIC_ALREADY_EXISTS = 36
+_UNKNOWN_TOPIC = 3
+
+
+class TopicError(RuntimeError):
+    pass
+
+
+def changelog_topic(app_id: str, table: str) -> str:
+    """Faust's changelog topic name for `table` of app `app_id`."""
+    return f"{app_id}-{table}-changelog"
+
+
+def prefixed(prefix: str, names: Iterable[str] = ALL_TOPICS) -> list[str]:
+    """Topic names with a prefix, e.g. per-test isolation on a shared broker."""
+    return [f"{prefix}{name}" for name in names]
+
+
+async def topic_partitions(admin: AIOKafkaAdminClient) -> dict[str, int]:
+    """Partition count of every existing topic (asks for all topics: no auto-creation)."""
+    metadata = await admin.describe_topics(None)
+    return {t["topic"]: len(t["partitions"]) for t in metadata}
+
+
+async def ensure_topics(
+    bootstrap: str,
+    partitions: int,
+    extra: Iterable[str] = (),
+    *,
+    names: Iterable[str] = ALL_TOPICS,
+) -> dict[str, int]:
+    """Create `names` + `extra` (e.g. Faust changelogs) with `partitions` each; idempotent.
+
+    Raises TopicError if a topic already exists with another partition count (typically
+    auto-created by Tansu before this ran): that cannot be repaired in place.
+    Returns {topic: partitions} for the requested topics.
+    """
+    wanted = list(dict.fromkeys([*names, *extra]))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="venn-admin")
+    await admin.start()
+    try:
+        existing = await topic_partitions(admin)
+        missing = [name for name in wanted if name not in existing]
+        if missing:
+            response = await admin.create_topics(
+                [NewTopic(name, partitions, replication_factor=1) for name in missing]
+            )
+            for err in response.to_object()["topic_errors"]:
+                code = err["error_code"]
+                if code not in (0, _TOPIC_ALREADY_EXISTS):
+                    exc = for_code(code)
+                    raise TopicError(
+                        f"creating {err['topic']}: {exc.__name__} {err['error_message']}"
+                    )
+            existing = await topic_partitions(admin)
+    finally:
+        await admin.close()
+    result = {name: existing.get(name, 0) for name in wanted}
+    wrong = {name: n for name, n in result.items() if n != partitions}
+    if wrong:
+        raise TopicError(
+            f"topics with a partition count other than {partitions}: {wrong}; delete them "
+            "(or restart the embedded broker) and start again"
+        )
+    return result
+
+
+async def delete_topics(bootstrap: str, names: Iterable[str]) -> list[str]:
+    """Delete topics (missing ones are ignored). Returns the names actually deleted."""
+    names = list(names)
+    if not names:
+        return []
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="venn-admin")
+    await admin.start()
+    try:
+        response = await admin.delete_topics(names)
+    finally:
+        await admin.close()
+    deleted: list[str] = []
+    for err in response.to_object()["topic_error_codes"]:
+        code = err["error_code"]
+        if code == 0:
+            deleted.append(err["topic"])
+        elif code != _UNKNOWN_TOPIC:
+            raise TopicError(f"deleting {err['topic']}: {for_code(code).__name__}")
+    return deleted

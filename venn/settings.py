@@ -1,0 +1,104 @@
+"""One settings object for every Venn process, read from environment variables.
+
+The same names are used by the embedded runner and by docker-compose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def _env(name: str, default: str | int | float, doc: str) -> Any:
+    # The default's own type is the type the env string is parsed into.
+    return field(default=default, metadata={"env": name, "doc": doc})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Process configuration. Build it with `Settings.from_env()`."""
+
+    broker: str = _env(
+        "VENN_BROKER", "127.0.0.1:9092", "Kafka bootstrap servers (host:port[,host:port])."
+    )
+    run_dir: str = _env(
+        "VENN_RUN_DIR", "./run", "Directory for pid files, logs and the default SQLite DB."
+    )
+    database_url: str = _env(
+        "VENN_DATABASE_URL",
+        "",
+        "SQLAlchemy URL of the audit DB; empty means sqlite:///<VENN_RUN_DIR>/venn.sqlite.",
+    )
+    topic_partitions: int = _env(
+        "VENN_TOPIC_PARTITIONS", 4, "Partitions of every Venn topic (and Faust changelogs)."
+    )
+    gateway_port: int = _env("VENN_GATEWAY_PORT", 8080, "HTTP port of the device gateway.")
+    app_id: str = _env(
+        "VENN_APP_ID", "venn-scheduler", "Faust app id; prefixes the changelog topic names."
+    )
+    speedup: float = _env(
+        "VENN_SPEEDUP", 1.0, "Trace time / wall-clock time factor of the device emulator."
+    )
+    max_event_bytes: int = _env(
+        "VENN_MAX_EVENT_BYTES", 65536, "Events larger than this go to the dead-letter topic."
+    )
+    recorder_group: str = _env(
+        "VENN_RECORDER_GROUP", "venn-recorder", "Consumer group id of the audit recorder."
+    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read every field from `environ` (default `os.environ`), falling back to defaults."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(f.metadata["env"])
+            if raw is not None:
+                values[f.name] = _convert(f.name, f.metadata["env"], raw, type(f.default))
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        if not self.database_url:
+            db = Path(self.run_dir) / "venn.sqlite"
+            object.__setattr__(self, "database_url", f"sqlite:///{db}")
+
+    @property
+    def run_path(self) -> Path:
+        return Path(self.run_dir)
+
+    def as_env(self) -> dict[str, str]:
+        """The settings as environment variables, to pass to child processes."""
+        return {f.metadata["env"]: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _convert(name: str, env: str, raw: str, cast: Callable[[str], Any]) -> Any:
+    try:
+        return cast(raw)
+    except ValueError as exc:
+        raise ValueError(f"{env}={raw!r} is not a valid {cast.__name__} for {name}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class SettingDoc:
+    name: str
+    env: str
+    default: str
+    doc: str
+
+
+def describe() -> list[SettingDoc]:
+    """Every setting with its env var, raw default and doc (for the README / `venn config`)."""
+    return [
+        SettingDoc(f.name, f.metadata["env"], str(f.default), f.metadata["doc"])
+        for f in dataclasses.fields(Settings)
+    ]
+
+
+def markdown_table() -> str:
+    rows = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    rows += [f"| `{d.env}` | `{d.default}` | {d.doc} |" for d in describe()]
+    return "\n".join(rows)
