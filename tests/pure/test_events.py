@@ -1,0 +1,338 @@
+"""Event models vs. their JSON Schemas, and the strict decoder's error categories."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import jsonschema
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from venn import events
+from venn.events import (
+    EVENT_TYPES,
+    Assignment,
+    DeadLetter,
+    DeviceCheckin,
+    DeviceResult,
+    Event,
+    InvalidEvent,
+    JobCancelled,
+    JobFinished,
+    JobRegistered,
+    RoundClosed,
+    RoundRequested,
+    dead_letter_for,
+    decode,
+    encode,
+    load_schema,
+)
+
+SAMPLES: dict[type[Event], Event] = {
+    DeviceCheckin: DeviceCheckin(
+        event_id="c1",
+        time=1.5,
+        device_id="d1",
+        attrs={"cpu_f": 2.1, "ram": 4096, "fp16_mem": 1.0, "android_os": 11},
+        speed_ms_per_sample=12.5,
+        bandwidth_kbps=8000,
+    ),
+    JobRegistered: JobRegistered(
+        event_id="j1-reg",
+        time=0.0,
+        job_id="j1",
+        requirement={"ram": 2048},
+        demand=10,
+        rounds=3,
+        deadline_s=600,
+        workload_s=120,
+    ),
+    RoundRequested: RoundRequested(
+        event_id="j1-r0-req", time=1.0, job_id="j1", round_index=0, demand=10
+    ),
+    JobCancelled: JobCancelled(event_id="j1-cancel", time=9.0, job_id="j1", reason="owner"),
+    Assignment: Assignment(
+        event_id="a1",
+        time=2.0,
+        job_id="j1",
+        round_index=0,
+        device_id="d1",
+        task_url="http://127.0.0.1:8080/tasks/j1/0",
+        speed_ms_per_sample=12.5,
+        bandwidth_kbps=8000,
+    ),
+    DeviceResult: DeviceResult(
+        event_id="r1",
+        time=3.0,
+        job_id="j1",
+        round_index=0,
+        device_id="d1",
+        ok=False,
+        response_time_s=1.0,
+        reason="dropout",
+    ),
+    RoundClosed: RoundClosed(
+        event_id="j1-r0-closed",
+        time=4.0,
+        job_id="j1",
+        round_index=0,
+        outcome="succeeded",
+        demand=10,
+        assigned=10,
+        results=8,
+        opened_at=1.0,
+        closed_at=4.0,
+        reason="",
+        sched_delay_s=0.5,
+        response_time_s=2.5,
+    ),
+    JobFinished: JobFinished(
+        event_id="j1-done",
+        time=5.0,
+        job_id="j1",
+        rounds_completed=3,
+        arrival=0.0,
+        finished_at=5.0,
+        jct_s=5.0,
+    ),
+    DeadLetter: dead_letter_for(b"\x00junk", "not_json: x", "venn.jobs", 2, 17, now=6.0),
+}
+
+ALL = list(SAMPLES.values())
+IDS = [type(e).type_name() for e in ALL]
+
+
+def validator(event_type: type[Event]) -> jsonschema.Draft202012Validator:
+    schema = load_schema(event_type)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def as_dict(event: Event) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(encode(event))
+    return result
+
+
+def rejected_by_both(event_type: type[Event], doc: dict[str, Any]) -> InvalidEvent:
+    assert not validator(event_type).is_valid(doc), doc
+    with pytest.raises(InvalidEvent) as info:
+        decode(json.dumps(doc).encode())
+    return info.value
+
+
+def test_every_event_type_has_a_sample_and_a_schema() -> None:
+    assert set(SAMPLES) == set(EVENT_TYPES)
+    for event_type in EVENT_TYPES:
+        schema = load_schema(event_type)
+        assert schema["$id"].endswith(f"/{event_type.type_name()}.v1.json")
+        assert schema["additionalProperties"] is False
+        assert schema["properties"]["type"] == {
+            "const": event_type.type_name(),
+            "description": "Event type tag.",
+        }
+
+
+@pytest.mark.parametrize("event", ALL, ids=IDS)
+def test_round_trip_and_schema_valid(event: Event) -> None:
+    raw = encode(event)
+    assert decode(raw) == event
+    assert decode(raw, allowed=(type(event),)) == event
+    validator(type(event)).validate(json.loads(raw))
+
+
+@pytest.mark.parametrize("event_type", EVENT_TYPES, ids=[t.type_name() for t in EVENT_TYPES])
+def test_schema_and_model_agree_on_fields(event_type: type[Event]) -> None:
+    schema = load_schema(event_type)
+    fields = msgspec.structs.fields(event_type)
+    # Convention (see venn/events.py): optional <=> default None; everything else is required.
+    model_required = {"type"} | {f.name for f in fields if f.default is not None}
+    assert set(schema["required"]) == model_required
+    assert set(schema["properties"]) == {"type"} | {f.name for f in fields}
+
+
+@pytest.mark.parametrize("event", ALL, ids=IDS)
+def test_each_required_field_is_required_by_both(event: Event) -> None:
+    schema = load_schema(type(event))
+    for name in schema["required"]:
+        doc = as_dict(event)
+        del doc[name]
+        if name == "schema_version":
+            # Documented leniency: a missing version reads as v1; the schema still requires it.
+            assert not validator(type(event)).is_valid(doc)
+            assert decode(json.dumps(doc).encode()) == event
+            continue
+        err = rejected_by_both(type(event), doc)
+        assert err.kind == ("missing_type" if name == "type" else "missing_field")
+        if name != "type":
+            assert f"`{name}`" in str(err)
+
+
+@pytest.mark.parametrize("event", ALL, ids=IDS)
+def test_wrong_json_types_are_rejected_by_both(event: Event) -> None:
+    for name in as_dict(event):
+        doc = as_dict(event)
+        doc[name] = [1, 2]  # no field of any event is an array
+        err = rejected_by_both(type(event), doc)
+        if name != "type":
+            assert err.kind in ("wrong_type", "invalid_value")
+            assert name in str(err)
+
+
+@pytest.mark.parametrize("event", ALL, ids=IDS)
+def test_schema_lower_bounds_are_enforced_by_the_model(event: Event) -> None:
+    schema = load_schema(type(event))
+    checked = 0
+    for name, prop in schema["properties"].items():
+        doc = as_dict(event)
+        if "minimum" in prop:
+            doc[name] = prop["minimum"] - 1
+        elif "exclusiveMinimum" in prop:
+            doc[name] = prop["exclusiveMinimum"]
+        elif prop.get("minLength") == 1:
+            doc[name] = ""
+        elif "enum" in prop or ("const" in prop and name != "type"):
+            doc[name] = "not-a-member" if "enum" in prop else prop["const"] + 1
+        else:
+            continue
+        err = rejected_by_both(type(event), doc)
+        assert err.kind == "invalid_value", err
+        checked += 1
+    assert checked >= 2  # at least event_id and schema_version
+
+
+@pytest.mark.parametrize("event", ALL, ids=IDS)
+def test_unknown_fields_are_rejected_by_both(event: Event) -> None:
+    doc = as_dict(event)
+    doc["surprise"] = 1
+    assert rejected_by_both(type(event), doc).kind == "unknown_field"
+
+
+def _round_requested(**changes: Any) -> bytes:
+    doc = as_dict(SAMPLES[RoundRequested])
+    doc.update(changes)
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "needle"),
+    [
+        (b"", "empty", "no value"),
+        (b"\xff\xfe\x00garbage", "not_json", "JSON"),
+        (b"hello world", "not_json", "malformed"),
+        (b'{"type": "round_requested"', "not_json", "truncated"),
+        (b'{"type": "\xff"}', "not_json", "utf-8"),
+        (b"[1, 2]", "not_an_object", "must be an object"),
+        (b'"round_requested"', "not_an_object", "must be an object"),
+        (b'{"job_id": "j1"}', "missing_type", "`type`"),
+        (b'{"type": "job_exploded"}', "unknown_type", "job_exploded"),
+        (b'{"type": 7}', "wrong_type", "`type` must be a string"),
+        (_round_requested(demand="ten"), "wrong_type", "$.demand"),
+        (_round_requested(round_index=1.5), "wrong_type", "$.round_index"),
+        (_round_requested(demand=0), "invalid_value", ">= 1"),
+        (_round_requested(schema_version=2), "invalid_value", "schema_version"),
+        (_round_requested(extra=True), "unknown_field", "extra"),
+    ],
+)
+def test_bad_input_gives_a_specific_reason(raw: bytes, kind: str, needle: str) -> None:
+    with pytest.raises(InvalidEvent) as info:
+        decode(raw)
+    assert info.value.kind == kind
+    assert needle.lower() in str(info.value).lower()
+    assert str(info.value).startswith(f"{kind}: ")
+
+
+def test_missing_field_names_the_field() -> None:
+    doc = as_dict(SAMPLES[RoundRequested])
+    del doc["round_index"]
+    with pytest.raises(InvalidEvent, match=r"missing_field: .*`round_index`"):
+        decode(json.dumps(doc).encode())
+
+
+def test_oversized_is_rejected_before_parsing() -> None:
+    raw = encode(SAMPLES[DeviceCheckin])
+    assert decode(raw, max_bytes=len(raw)) == SAMPLES[DeviceCheckin]
+    with pytest.raises(
+        InvalidEvent, match=f"oversized: {len(raw)} bytes exceeds .* {len(raw) - 1}"
+    ):
+        decode(raw, max_bytes=len(raw) - 1)
+    with pytest.raises(InvalidEvent) as info:
+        decode(b"x" * 100, max_bytes=10)  # garbage, but size is checked first
+    assert info.value.kind == "oversized"
+
+
+def test_type_not_allowed_on_topic() -> None:
+    raw = encode(SAMPLES[DeviceCheckin])
+    with pytest.raises(InvalidEvent) as info:
+        decode(raw, allowed=events.ALLOWED_ON["venn.jobs"])
+    assert info.value.kind == "not_allowed"
+    assert "'device_checkin'" in str(info.value)
+    assert "job_registered" in str(info.value)
+
+
+def test_allowed_on_covers_every_topic_and_type() -> None:
+    from venn.broker.topics import ALL_TOPICS
+
+    assert set(events.ALLOWED_ON) == set(ALL_TOPICS)
+    covered = {t for types in events.ALLOWED_ON.values() for t in types}
+    assert covered == set(EVENT_TYPES)
+
+
+def test_dead_letter_keeps_original_bytes_and_position() -> None:
+    original = b"\x00\x01 not json \xff"
+    dl = dead_letter_for(original, "not_json: boom", "venn.rounds", 3, 99, now=12.0)
+    assert dl.original_bytes() == original
+    assert base64.b64decode(dl.original) == original
+    assert (dl.source_topic, dl.partition, dl.offset, dl.reason) == (
+        "venn.rounds",
+        3,
+        99,
+        "not_json: boom",
+    )
+    assert dl.event_id == dead_letter_for(b"", "", "venn.rounds", 3, 99, 0.0).event_id
+    validator(DeadLetter).validate(as_dict(dl))
+    assert decode(encode(dl), allowed=(DeadLetter,)) == dl
+
+
+def test_keys() -> None:
+    assert events.key_of(SAMPLES[DeviceCheckin]) == b"d1"
+    assert events.key_of(SAMPLES[RoundClosed]) == b"j1"
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.binary(max_size=300))
+def test_decode_never_raises_anything_but_invalid_event(raw: bytes) -> None:
+    try:
+        event = decode(raw)
+    except InvalidEvent as exc:
+        assert exc.kind in InvalidEvent.KINDS
+    else:
+        assert isinstance(event, Event)
+
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-3, max_value=3)
+    | st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: not x.is_integer())
+    | st.text(max_size=3)
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.sampled_from(ALL), st.data())
+def test_model_and_schema_agree_on_mutated_events(event: Event, data: st.DataObject) -> None:
+    doc = as_dict(event)
+    name = data.draw(st.sampled_from(sorted(doc)))
+    doc[name] = data.draw(JSON_SCALARS)
+    schema_ok = validator(type(event)).is_valid(doc)
+    try:
+        decode(json.dumps(doc).encode())
+    except InvalidEvent:
+        model_ok = False
+    else:
+        model_ok = True
+    assert model_ok == schema_ok, (name, doc[name])

@@ -1,0 +1,286 @@
+"""Event models (msgspec), their wire encoding and a strict, dead-letter-friendly decoder.
+
+The JSON Schemas in `schemas/<type>.v<N>.json` are the contract; these models are checked
+against them in tests/pure/test_events.py. Conventions the tests rely on:
+- every field is always encoded; a field whose default is None is optional, all others
+  are required in the schema;
+- `event_id` is chosen by the producer and must be stable across retries/replays
+  (consumers dedupe on it), so it has no default.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from venn.broker import topics
+
+SCHEMA_VERSION = 1
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+PosInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+PosFloat = Annotated[float, msgspec.Meta(gt=0)]
+Id = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class Event(
+    msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, tag_field="type"
+):
+    """Base of every event. Subclasses set `tag=<type name>`."""
+
+    event_id: Id
+    # Decoding rejects other versions; a missing version is read as 1 (the only one so far).
+    schema_version: Literal[1] = 1
+    time: float
+
+    @classmethod
+    def type_name(cls) -> str:
+        return str(cls.__struct_config__.tag)
+
+
+class DeviceCheckin(Event, tag="device_checkin"):
+    device_id: Id
+    attrs: dict[str, float]
+    speed_ms_per_sample: NonNegFloat
+    bandwidth_kbps: NonNegFloat
+
+
+class JobRegistered(Event, tag="job_registered"):
+    job_id: Id
+    requirement: dict[str, float]
+    demand: PosInt
+    rounds: PosInt
+    deadline_s: PosFloat
+    workload_s: NonNegFloat
+
+
+class RoundRequested(Event, tag="round_requested"):
+    job_id: Id
+    round_index: NonNegInt
+    demand: PosInt
+
+
+class JobCancelled(Event, tag="job_cancelled"):
+    job_id: Id
+    reason: str
+
+
+class Assignment(Event, tag="assignment"):
+    job_id: Id
+    round_index: NonNegInt
+    device_id: Id
+    task_url: str
+    speed_ms_per_sample: NonNegFloat
+    bandwidth_kbps: NonNegFloat
+
+
+class DeviceResult(Event, tag="device_result"):
+    job_id: Id
+    round_index: NonNegInt
+    device_id: Id
+    ok: bool
+    response_time_s: NonNegFloat
+    reason: str | None = None
+
+
+class RoundClosed(Event, tag="round_closed"):
+    """A round attempt ended. `round_index` counts attempts: a failed round's retry is a new
+    round_index, so (job_id, round_index) identifies exactly one close."""
+
+    job_id: Id
+    round_index: NonNegInt
+    outcome: Literal["succeeded", "failed"]
+    demand: PosInt
+    assigned: NonNegInt
+    results: NonNegInt
+    opened_at: float
+    closed_at: float
+    reason: str
+    sched_delay_s: NonNegFloat
+    response_time_s: NonNegFloat
+
+
+class JobFinished(Event, tag="job_finished"):
+    job_id: Id
+    rounds_completed: NonNegInt
+    arrival: float
+    finished_at: float
+    jct_s: NonNegFloat
+
+
+class DeadLetter(Event, tag="dead_letter"):
+    original: str
+    """base64 of the original message value."""
+    reason: str
+    source_topic: str
+    partition: int
+    offset: int
+
+    def original_bytes(self) -> bytes:
+        return base64.b64decode(self.original)
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    DeviceCheckin,
+    JobRegistered,
+    RoundRequested,
+    JobCancelled,
+    Assignment,
+    DeviceResult,
+    RoundClosed,
+    JobFinished,
+    DeadLetter,
+)
+
+AnyEvent = (
+    DeviceCheckin
+    | JobRegistered
+    | RoundRequested
+    | JobCancelled
+    | Assignment
+    | DeviceResult
+    | RoundClosed
+    | JobFinished
+    | DeadLetter
+)
+
+ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
+    topics.CHECKINS: (DeviceCheckin,),
+    topics.JOBS: (JobRegistered, RoundRequested, JobCancelled),
+    topics.ASSIGNMENTS: (Assignment,),
+    topics.RESULTS: (DeviceResult,),
+    topics.ROUNDS: (RoundClosed, JobFinished),
+    topics.DEAD_LETTERS: (DeadLetter,),
+}
+"""Which event types each topic may carry."""
+
+DEFAULT_MAX_BYTES = 65536
+
+
+class InvalidEvent(ValueError):
+    """Raised by `decode` for anything that is not a valid, allowed event.
+
+    `kind` is a stable machine-readable category; str(exc) is a human reason.
+    """
+
+    KINDS = (
+        "oversized",
+        "empty",
+        "not_json",
+        "not_an_object",
+        "missing_type",
+        "unknown_type",
+        "missing_field",
+        "unknown_field",
+        "wrong_type",
+        "invalid_value",
+        "not_allowed",
+    )
+
+    def __init__(self, kind: str, detail: str) -> None:
+        assert kind in self.KINDS, kind
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+    @property
+    def reason(self) -> str:
+        return str(self)
+
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(AnyEvent)
+
+
+def encode(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def key_of(event: Event) -> bytes:
+    """Partition key: device_id for check-ins, job_id for job-scoped events."""
+    if isinstance(event, DeviceCheckin):
+        return event.device_id.encode()
+    job_id = getattr(event, "job_id", None)
+    if isinstance(job_id, str):
+        return job_id.encode()
+    return event.event_id.encode()
+
+
+def decode(
+    raw: bytes | None,
+    allowed: tuple[type[Event], ...] = EVENT_TYPES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Event:
+    """Decode one message value into an event of one of the `allowed` types.
+
+    Raises InvalidEvent (only) for oversized, empty, non-JSON, wrongly typed, incomplete,
+    unknown or not-allowed input.
+    """
+    if raw is None or len(raw) == 0:
+        raise InvalidEvent("empty", "message has no value")
+    if len(raw) > max_bytes:
+        raise InvalidEvent("oversized", f"{len(raw)} bytes exceeds the limit of {max_bytes}")
+    try:
+        event = _decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise _classify(str(exc)) from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidEvent("not_json", f"not valid UTF-8 JSON ({exc})") from None
+    if not isinstance(event, allowed):
+        names = ", ".join(t.type_name() for t in allowed)
+        raise InvalidEvent(
+            "not_allowed",
+            f"event type {event.type_name()!r} is not allowed here (allowed: {names})",
+        )
+    return event
+
+
+def _classify(message: str) -> InvalidEvent:
+    # msgspec's messages are stable for a pinned version; tests pin each category.
+    if message.startswith("Expected `object`, got") and " - at " not in message:
+        return InvalidEvent("not_an_object", f"top-level JSON value must be an object ({message})")
+    if message == "Object missing required field `type`":
+        return InvalidEvent("missing_type", "object has no `type` field")
+    if message.endswith("- at `$.type`"):
+        if message.startswith("Invalid value"):
+            known = ", ".join(t.type_name() for t in EVENT_TYPES)
+            return InvalidEvent("unknown_type", f"{message}; known types: {known}")
+        return InvalidEvent("wrong_type", f"`type` must be a string ({message})")
+    if message.startswith("Object missing required field"):
+        return InvalidEvent("missing_field", message)
+    if message.startswith("Object contains unknown field"):
+        return InvalidEvent("unknown_field", message)
+    if message.startswith("Expected `") and ", got `" in message:
+        return InvalidEvent("wrong_type", message)
+    return InvalidEvent("invalid_value", message)
+
+
+def dead_letter_for(
+    raw: bytes | None, reason: str, topic: str, partition: int, offset: int, now: float
+) -> DeadLetter:
+    """The dead letter for a bad message; its event_id is derived from the message position
+    so re-processing the same bad message yields the same dead letter id."""
+    return DeadLetter(
+        event_id=f"dead:{topic}:{partition}:{offset}",
+        time=now,
+        original=base64.b64encode(raw or b"").decode("ascii"),
+        reason=reason,
+        source_topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def schema_path(event_type: type[Event] | str, version: int = SCHEMA_VERSION) -> Path:
+    name = event_type if isinstance(event_type, str) else event_type.type_name()
+    return SCHEMA_DIR / f"{name}.v{version}.json"
+
+
+def load_schema(event_type: type[Event] | str, version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    result: dict[str, Any] = msgspec.json.decode(schema_path(event_type, version).read_bytes())
+    return result
