@@ -1,0 +1,70 @@
+"""A compiled dispatch rule: who gets a device of signature s and tier t.
+
+Between two plan changes the rule is static, so it can be applied to one check-in (the
+pipeline, the event-by-event simulator) or to a numpy batch of them (the fast
+simulator) with identical results. ``budget`` says how many more assignments each job
+can take before the rule must be recompiled (its demand fills, or its shrinking demand
+overtakes a job ahead of it in some preference list).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from venn.core.policies.base import OpenJob
+
+NO_LIMIT = np.iinfo(np.int64).max // 4
+
+
+@dataclass(frozen=True)
+class DispatchTable:
+    candidates: np.ndarray  # int64 [signatures, tiers, width]: job idx, -1 padded
+    counts: np.ndarray  # int64 [signatures, tiers]
+    uniform: bool  # pick uniformly among candidates (else the first)
+    budget: np.ndarray  # int64 [jobs]: assignments until the table must be recompiled
+
+    def pick(self, signature: int, tier: int, u: float) -> int:
+        """Job idx for one device, or -1."""
+        if signature >= self.counts.shape[0]:
+            return -1
+        n = int(self.counts[signature, tier])
+        if n == 0:
+            return -1
+        choice = min(int(u * n), n - 1) if self.uniform else 0
+        return int(self.candidates[signature, tier, choice])
+
+    def pick_many(self, signatures: np.ndarray, tiers: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Job idx for each device of a batch (-1 where nobody can take it)."""
+        sigs = np.minimum(signatures, self.counts.shape[0] - 1)
+        n = self.counts[sigs, tiers]
+        if self.uniform:
+            choice = np.minimum((u * n).astype(np.int64), np.maximum(n - 1, 0))
+        else:
+            choice = np.zeros(len(sigs), dtype=np.int64)
+        picked = self.candidates[sigs, tiers, choice]
+        unknown = signatures >= self.counts.shape[0]
+        return np.where((n > 0) & ~unknown, picked, -1)
+
+
+def overtake_after(behind: OpenJob, ahead: OpenJob) -> int:
+    """Assignments to ``behind`` after which it would be ordered before ``ahead``."""
+    if behind.weight == ahead.weight == 1.0:
+        n = behind.remaining - ahead.remaining + (0 if behind.idx < ahead.idx else 1)
+        return max(1, n)
+    target = (ahead.remaining * ahead.weight, ahead.idx)
+    guess = int(np.floor(behind.remaining - ahead.remaining * ahead.weight / behind.weight))
+    for n in range(max(1, guess - 1), max(1, guess - 1) + 4):
+        if ((behind.remaining - n) * behind.weight, behind.idx) < target:
+            return n
+    return max(1, guess + 3)
+
+
+def empty_table(num_jobs: int) -> DispatchTable:
+    return DispatchTable(
+        candidates=np.full((1, 1, 1), -1, dtype=np.int64),
+        counts=np.zeros((1, 1), dtype=np.int64),
+        uniform=False,
+        budget=np.full(num_jobs, NO_LIMIT, dtype=np.int64),
+    )

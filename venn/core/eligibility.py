@@ -1,0 +1,120 @@
+"""Which device can serve which job group: eligibility as data.
+
+Devices are folded into *slots* (one per distinct set of reported attributes, e.g. one per
+phone model); jobs with equal requirements form *groups*. The index keeps a boolean
+slot x group matrix and folds slots with the same eligible groups into *signatures*,
+the keys of every dispatch decision. Slots and groups only grow, so ids stay stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+
+import numpy as np
+
+from venn.core.model import Requirement
+
+
+class EligibilityIndex:
+    """Slot x group eligibility matrix with signature folding."""
+
+    def __init__(self) -> None:
+        self._slot_of_key: dict[Hashable, int] = {}
+        self._slot_attrs: list[Mapping[str, float]] = []
+        self._group_of_req: dict[Requirement, int] = {}
+        self.requirements: list[Requirement] = []
+        self._matrix = np.zeros((0, 0), dtype=bool)
+        self._sig_of_slot = np.zeros(0, dtype=np.int32)
+        self._sig_masks: list[tuple[bool, ...]] = []
+        self._sig_matrix = np.zeros((0, 0), dtype=bool)
+        self._dirty = True
+
+    # -- registration ---------------------------------------------------------------
+    def group(self, requirement: Requirement) -> int:
+        """Group id of a requirement, creating the group on first sight."""
+        gid = self._group_of_req.get(requirement)
+        if gid is None:
+            gid = len(self.requirements)
+            self._group_of_req[requirement] = gid
+            self.requirements.append(requirement)
+            column = np.array([requirement.admits(a) for a in self._slot_attrs], dtype=bool)
+            self._matrix = np.concatenate(
+                [self._matrix.reshape(len(self._slot_attrs), gid), column[:, None]], axis=1
+            )
+            self._dirty = True
+        return gid
+
+    def slot(self, key: Hashable, attrs: Mapping[str, float]) -> int:
+        """Slot id of a device attribute set identified by ``key``."""
+        sid = self._slot_of_key.get(key)
+        if sid is None:
+            sid = len(self._slot_attrs)
+            self._slot_of_key[key] = sid
+            self._slot_attrs.append(dict(attrs))
+            row = np.array([r.admits(attrs) for r in self.requirements], dtype=bool)
+            self._matrix = np.concatenate(
+                [self._matrix.reshape(sid, len(self.requirements)), row[None, :]], axis=0
+            )
+            self._dirty = True
+        return sid
+
+    def slot_for_attrs(self, attrs: Mapping[str, float]) -> int:
+        """Slot of a device identified only by its attributes (the pipeline's case)."""
+        return self.slot(tuple(sorted(attrs.items())), attrs)
+
+    def add_profiles(self, profiles: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """Register many attribute sets at once; returns their slot ids (profile i -> key i)."""
+        return np.array([self.slot(("profile", i), a) for i, a in enumerate(profiles)])
+
+    # -- queries --------------------------------------------------------------------
+    @property
+    def num_groups(self) -> int:
+        return len(self.requirements)
+
+    @property
+    def num_slots(self) -> int:
+        return len(self._slot_attrs)
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """Boolean [slots, groups] eligibility."""
+        return self._matrix
+
+    def _refresh(self) -> None:
+        if not self._dirty:
+            return
+        sig_of_mask: dict[tuple[bool, ...], int] = {}
+        masks: list[tuple[bool, ...]] = []
+        sig_of_slot = np.empty(self.num_slots, dtype=np.int32)
+        for s in range(self.num_slots):
+            mask = tuple(bool(x) for x in self._matrix[s])
+            sig = sig_of_mask.get(mask)
+            if sig is None:
+                sig = len(masks)
+                sig_of_mask[mask] = sig
+                masks.append(mask)
+            sig_of_slot[s] = sig
+        self._sig_of_slot = sig_of_slot
+        self._sig_masks = masks
+        self._sig_matrix = np.array(masks, dtype=bool).reshape(len(masks), self.num_groups)
+        self._dirty = False
+
+    @property
+    def signature_of_slot(self) -> np.ndarray:
+        """int32 [slots] -> signature id; signatures group slots eligible for the same groups."""
+        self._refresh()
+        return self._sig_of_slot
+
+    @property
+    def signature_matrix(self) -> np.ndarray:
+        """Boolean [signatures, groups] eligibility."""
+        self._refresh()
+        return self._sig_matrix
+
+    @property
+    def num_signatures(self) -> int:
+        self._refresh()
+        return len(self._sig_masks)
+
+    def eligible(self, slot: int, group: int) -> bool:
+        return bool(self._matrix[slot, group])

@@ -1,0 +1,101 @@
+"""Resource-aware device-to-job matching (Algorithm 2 of the paper).
+
+Devices fall into V capacity tiers (equal-count quantiles of a speed proxy). Restricting a
+round to tier u multiplies its scheduling delay by about V and its response time by
+g_u = p95(tier u) / p95(fleet). With c = T_resp / T_sched from the job's earlier rounds,
+restricting pays off iff ``V + g_u * c < 1 + c``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+REFERENCE_CUTOFFS: dict[int, tuple[float, ...]] = {
+    2: (120.0,),
+    3: (72.0, 170.0),
+    4: (57.0, 120.0, 170.0),
+}
+"""Tier cut-offs of the reference code, in seconds of the proxy ``60*comp + 10/comm``."""
+
+
+@dataclass(frozen=True)
+class TierModel:
+    """Capacity tiers by cut-offs on a speed proxy (lower proxy = faster; tier 0 fastest)."""
+
+    cutoffs: tuple[float, ...]
+    prior_tail_ratio: tuple[float, ...] | None = None
+
+    @property
+    def num_tiers(self) -> int:
+        return len(self.cutoffs) + 1
+
+    def tier_of(self, proxy: float) -> int:
+        """Tier of one device."""
+        return int(np.searchsorted(self.cutoffs, proxy, side="right"))
+
+    def tiers_of(self, proxy: np.ndarray) -> np.ndarray:
+        """Tiers of many devices."""
+        return np.searchsorted(np.asarray(self.cutoffs), proxy, side="right").astype(np.int64)
+
+    @classmethod
+    def from_sample(cls, proxy: np.ndarray, num_tiers: int) -> TierModel:
+        """Equal-count tiers from a sample of the fleet's proxy values, with tail priors."""
+        qs = np.quantile(proxy, [i / num_tiers for i in range(1, num_tiers)])
+        model = cls(tuple(float(q) for q in qs))
+        tiers = model.tiers_of(proxy)
+        fleet = float(np.percentile(proxy, 95))
+        prior = tuple(
+            float(np.percentile(proxy[tiers == u], 95)) / fleet if (tiers == u).any() else 1.0
+            for u in range(num_tiers)
+        )
+        return cls(model.cutoffs, prior)
+
+
+class TailTracker:
+    """95th-percentile response time per tier and for the fleet, from closed rounds."""
+
+    def __init__(self, num_tiers: int, window: int = 2000) -> None:
+        self.num_tiers = num_tiers
+        self.window = window
+        self._samples: list[list[float]] = [[] for _ in range(num_tiers)]
+
+    def record(
+        self, tiers: Sequence[int] | np.ndarray, seconds: Sequence[float] | np.ndarray
+    ) -> None:
+        """Add response times of one round (tier of each responding device)."""
+        tiers_a = np.asarray(tiers, dtype=np.int64)
+        secs = np.asarray(seconds, dtype=np.float64)
+        for u in range(self.num_tiers):
+            picked = secs[tiers_a == u]
+            if len(picked):
+                bucket = self._samples[u]
+                bucket.extend(picked.tolist())
+                if len(bucket) > self.window:
+                    del bucket[: len(bucket) - self.window]
+
+    def tail_ratio(self, tier: int, prior: Sequence[float] | None = None) -> float:
+        """g_u; falls back to the prior (or 1.0, which never restricts) without data."""
+        own = self._samples[tier]
+        every = [x for bucket in self._samples for x in bucket]
+        if len(own) >= 20 and every:
+            fleet = float(np.percentile(every, 95))
+            if fleet > 0:
+                return float(np.percentile(own, 95)) / fleet
+        return float(prior[tier]) if prior is not None else 1.0
+
+
+def should_restrict(num_tiers: int, tail_ratio: float, resp_s: float, sched_s: float) -> bool:
+    """The paper's test ``V + g*c < 1 + c`` with c = resp/sched; safe when sched is 0.
+
+    The reference code divided by a zero scheduling delay here; with no scheduling
+    delay at all, c is infinite and the test reduces to ``g < 1``.
+    """
+    if resp_s <= 0:
+        return False
+    if sched_s <= 0:
+        return tail_ratio < 1.0
+    c = resp_s / sched_s
+    return num_tiers + tail_ratio * c < 1 + c

@@ -1,0 +1,15 @@
+"""Scheduling policies behind one interface (see ``base.Policy``)."""
+
+from venn.core.policies.base import OpenJob, Policy, PolicyView
+from venn.core.policies.simple import FifoPolicy, RandomPolicy, SrsfPolicy
+from venn.core.policies.venn import IrsPolicy
+
+__all__ = [
+    "FifoPolicy",
+    "IrsPolicy",
+    "OpenJob",
+    "Policy",
+    "PolicyView",
+    "RandomPolicy",
+    "SrsfPolicy",
+]

@@ -1,0 +1,64 @@
+"""Policy names as users type them, and the scheduler each one builds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from venn.core.matching import REFERENCE_CUTOFFS, TierModel
+from venn.core.policies import FifoPolicy, IrsPolicy, RandomPolicy, SrsfPolicy
+from venn.core.policies.base import Policy
+from venn.core.scheduler import Scheduler
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str
+    description: str
+    make_policy: Callable[[], Policy]
+    matching: bool
+
+
+POLICIES: dict[str, PolicySpec] = {
+    spec.name: spec
+    for spec in (
+        PolicySpec("random", "random eligible job with open demand", RandomPolicy, False),
+        PolicySpec("fifo", "earliest-arrived eligible job", FifoPolicy, False),
+        PolicySpec("srsf", "smallest remaining demand of the current round", SrsfPolicy, False),
+        PolicySpec("venn", "IRS scheduling + tier matching", IrsPolicy, True),
+        PolicySpec("venn-sched", "IRS scheduling only (ablation)", IrsPolicy, False),
+        PolicySpec("venn-match", "tier matching on FIFO (ablation)", FifoPolicy, True),
+    )
+}
+
+
+def make_scheduler(
+    name: str,
+    *,
+    seed: int = 0,
+    tiers: TierModel | None = None,
+    num_tiers: int = 3,
+    fairness_eps: float = 0.0,
+    supply_window: int = 1000,
+    track_devices: bool = True,
+) -> Scheduler:
+    """Build the scheduler for a policy name (see ``POLICIES``).
+
+    Matching policies use ``tiers`` when given, else the reference code's cut-offs for
+    ``num_tiers`` tiers.
+    """
+    try:
+        spec = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
+    tier_model = None
+    if spec.matching:
+        tier_model = tiers or TierModel(REFERENCE_CUTOFFS[num_tiers])
+    return Scheduler(
+        spec.make_policy(),
+        tiers=tier_model,
+        fairness_eps=fairness_eps,
+        supply_window=supply_window,
+        seed=seed,
+        track_devices=track_devices,
+    )

@@ -1,0 +1,354 @@
+"""The mechanism that applies a policy: job and round bookkeeping, plan recomputation,
+tier matching and the compiled dispatch table.
+
+Events in (all carry ``now``; the core never reads a clock):
+``add_job``, ``request_round``, ``checkin`` -> ``Assignment | None``, ``close_round``,
+``remove_job``. Replayed events are ignored (each returns whether it changed state), so
+an at-least-once pipeline can feed it directly.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from venn.core.dispatch import NO_LIMIT, DispatchTable, empty_table, overtake_after
+from venn.core.eligibility import EligibilityIndex
+from venn.core.fairness import Progress, demand_weight, group_queue_scale, progress_ratio
+from venn.core.matching import TailTracker, TierModel, should_restrict
+from venn.core.model import Assignment, JobSpec
+from venn.core.policies.base import OpenJob, Policy, PolicyView
+from venn.core.supply import SupplyWindow
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix(*parts: int) -> int:
+    """A tiny deterministic hash (splitmix64) for per-round random draws."""
+    x = 0x9E3779B97F4A7C15
+    for p in parts:
+        x = (x ^ (p & _MASK64)) * 0xBF58476D1CE4E5B9 & _MASK64
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK64
+        x ^= x >> 31
+    return x
+
+
+@dataclass
+class JobState:
+    """Everything the core tracks of one job."""
+
+    spec: JobSpec
+    idx: int
+    group: int
+    registered_at: float
+    rounds_done: int = 0
+    attempts: int = 0
+    round_index: int = -1
+    round_open: bool = False
+    demand: int = 0
+    remaining: int = 0
+    requested_at: float = 0.0
+    filled_at: float | None = None
+    tier: int | None = None  # capacity tier the current round is restricted to
+    assigned: int = 0  # devices assigned to the current round
+    service: int = 0  # devices assigned over the job's life
+    devices: set[Hashable] = field(default_factory=set)
+    sched_delays: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+    response_times: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+
+    @property
+    def finished(self) -> bool:
+        return self.rounds_done >= self.spec.rounds
+
+
+class Scheduler:
+    """Applies one policy, optionally with tier matching and epsilon fairness."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        tiers: TierModel | None = None,
+        fairness_eps: float = 0.0,
+        supply_window: int = 1000,
+        seed: int = 0,
+        track_devices: bool = True,
+    ) -> None:
+        self.policy = policy
+        self.tiers = tiers
+        self.fairness_eps = fairness_eps
+        self.seed = seed
+        self.track_devices = track_devices
+        self.index = EligibilityIndex()
+        self.supply = SupplyWindow(supply_window)
+        self.tails = TailTracker(tiers.num_tiers) if tiers else None
+        self.jobs: dict[str, JobState] = {}
+        self.by_idx: list[JobState] = []
+        self.active_devices: dict[Hashable, tuple[str, int]] = {}
+        self._table = empty_table(0)
+        self._dirty = True
+        self._replan = True
+        self.compiles = 0
+        self.replans = 0
+
+    # -- jobs and rounds -------------------------------------------------------------
+    @property
+    def num_tiers(self) -> int:
+        return self.tiers.num_tiers if self.tiers else 1
+
+    def add_job(self, spec: JobSpec, now: float) -> bool:
+        """Register a job; a replayed registration is ignored."""
+        if spec.job_id in self.jobs:
+            return False
+        state = JobState(spec, len(self.by_idx), self.index.group(spec.requirement), now)
+        self.jobs[spec.job_id] = state
+        self.by_idx.append(state)
+        self._mark(replan=True)
+        return True
+
+    def request_round(
+        self, job_id: str, round_index: int, now: float, demand: int | None = None
+    ) -> bool:
+        """Open a round; ignored if the job is unknown, finished, or the round is not new."""
+        js = self.jobs.get(job_id)
+        if js is None or js.finished or round_index <= js.round_index:
+            return False
+        if js.round_open:
+            self._end_round(js)
+        js.round_index = round_index
+        js.round_open = True
+        js.demand = js.remaining = demand if demand is not None else js.spec.demand
+        js.assigned = 0
+        js.requested_at = now
+        js.filled_at = None
+        js.tier = self._matching_tier(js)
+        self._mark(replan=True)
+        return True
+
+    def close_round(
+        self,
+        job_id: str,
+        round_index: int,
+        now: float,
+        succeeded: bool,
+        tiers: Sequence[int] | np.ndarray = (),
+        response_times: Sequence[float] | np.ndarray = (),
+    ) -> bool:
+        """Close the job's open round; response times (by device tier) feed the matching."""
+        js = self.jobs.get(job_id)
+        if js is None or not js.round_open or js.round_index != round_index:
+            return False
+        filled = js.filled_at if js.filled_at is not None else now
+        js.sched_delays.append(filled - js.requested_at)
+        js.response_times.append(now - filled)
+        if self.tails is not None and len(response_times):
+            self.tails.record(tiers, response_times)
+        js.attempts += 1
+        if succeeded:
+            js.rounds_done += 1
+        self._end_round(js)
+        self._mark(replan=True)
+        return True
+
+    def remove_job(self, job_id: str) -> bool:
+        """Forget a finished or cancelled job (its idx stays reserved)."""
+        js = self.jobs.get(job_id)
+        if js is None:
+            return False
+        if js.round_open:
+            self._end_round(js)
+        js.rounds_done = max(js.rounds_done, js.spec.rounds)
+        del self.jobs[job_id]
+        self._mark(replan=True)
+        return True
+
+    def _end_round(self, js: JobState) -> None:
+        js.round_open = False
+        js.remaining = 0
+        for device in js.devices:
+            self.active_devices.pop(device, None)
+        js.devices.clear()
+
+    def release_device(self, device_id: Hashable) -> None:
+        """The device's task ended (result or failure): it may take a new assignment."""
+        holder = self.active_devices.pop(device_id, None)
+        if holder is not None:
+            js = self.jobs.get(holder[0])
+            if js is not None:
+                js.devices.discard(device_id)
+
+    def _matching_tier(self, js: JobState) -> int | None:
+        if self.tiers is None or self.tails is None or not js.response_times:
+            return None  # first rounds skip matching: no profile yet
+        v = self.tiers.num_tiers
+        u = _splitmix(self.seed, js.idx, js.attempts) % v
+        g = self.tails.tail_ratio(u, self.tiers.prior_tail_ratio)
+        resp = float(np.mean(js.response_times))
+        sched = float(np.mean(js.sched_delays))
+        return u if should_restrict(v, g, resp, sched) else None
+
+    # -- check-ins -------------------------------------------------------------------
+    def slot_of(self, attrs: Mapping[str, float]) -> int:
+        return self.index.slot_for_attrs(attrs)
+
+    def tier_of(self, proxy: float) -> int:
+        return self.tiers.tier_of(proxy) if self.tiers else 0
+
+    def checkin(
+        self,
+        slot: int,
+        now: float,
+        tier: int = 0,
+        u: float = 0.0,
+        device_id: Hashable | None = None,
+    ) -> Assignment | None:
+        """Decide one check-in: the device's slot, capacity tier and a U(0,1) draw."""
+        self.supply.observe(slot, now)
+        if device_id is not None and self.track_devices and device_id in self.active_devices:
+            return None
+        table = self.table(now)
+        sig = int(self.index.signature_of_slot[slot])
+        idx = table.pick(sig, tier if self.tiers else 0, u)
+        if idx < 0:
+            return None
+        js = self.by_idx[idx]
+        self._take(js, 1, now)
+        if device_id is not None and self.track_devices:
+            self.active_devices[device_id] = (js.spec.job_id, js.round_index)
+            js.devices.add(device_id)
+        return Assignment(
+            js.spec.job_id, js.round_index, device_id if device_id is not None else -1
+        )
+
+    # -- batch interface (the fast simulator) ----------------------------------------
+    def observe_many(self, slots: np.ndarray, times: np.ndarray) -> None:
+        """Feed check-ins to the supply window without deciding them."""
+        self.supply.observe_many(slots, times)
+
+    def assign_many(self, idx: int, count: int, fill_time: float) -> None:
+        """Account ``count`` assignments decided with the current table for job ``idx``.
+
+        ``fill_time`` is the time of the assignment that would fill the demand.
+        """
+        self._take(self.by_idx[idx], count, fill_time)
+
+    def _take(self, js: JobState, count: int, now: float) -> None:
+        js.remaining -= count
+        js.assigned += count
+        js.service += count
+        budget = self._table.budget
+        budget[js.idx] -= count
+        if js.remaining <= 0:
+            js.filled_at = now
+            self._mark(replan=True)
+        elif budget[js.idx] <= 0:
+            self._mark(replan=False)
+
+    # -- compilation -----------------------------------------------------------------
+    def _mark(self, replan: bool) -> None:
+        self._dirty = True
+        self._replan = self._replan or replan
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def table(self, now: float) -> DispatchTable:
+        """The dispatch table for this instant, recompiled if a plan event happened."""
+        if self._dirty:
+            self._compile(now)
+        return self._table
+
+    def _open_jobs(self, now: float) -> tuple[OpenJob, ...]:
+        open_states = [js for js in self.jobs.values() if js.round_open and js.remaining > 0]
+        open_states.sort(key=lambda js: js.idx)
+        if self.fairness_eps == 0:
+            return tuple(
+                OpenJob(js.idx, js.spec.job_id, js.group, js.remaining) for js in open_states
+            )
+        rhos = self._progress_ratios(open_states, now)
+        return tuple(
+            OpenJob(
+                js.idx,
+                js.spec.job_id,
+                js.group,
+                js.remaining,
+                demand_weight(rhos[js.idx], self.fairness_eps),
+            )
+            for js in open_states
+        )
+
+    def _progress_ratios(self, states: list[JobState], now: float) -> dict[int, float]:
+        rate = self.supply.rate_per_s()
+        counts = self.supply.slot_counts(self.index.num_slots)
+        total = counts.sum()
+        concurrent = sum(1 for js in self.jobs.values() if not js.finished)
+        out = {}
+        for js in states:
+            share = float(counts[self.index.matrix[:, js.group]].sum() / total) if total else 0.0
+            eligible_rate = rate * share
+            resp = float(np.mean(js.response_times)) if js.response_times else js.spec.workload_s
+            per_round = (js.spec.demand / eligible_rate if eligible_rate > 0 else 0.0) + resp
+            done = (js.rounds_done + js.assigned / max(1, js.demand)) / js.spec.rounds
+            p = Progress(now - js.registered_at, done, js.spec.rounds * per_round)
+            out[js.idx] = progress_ratio(p, concurrent)
+        return out
+
+    def _view(self, now: float) -> PolicyView:
+        open_jobs = self._open_jobs(now)
+        sig_of_slot = self.index.signature_of_slot
+        num_sigs = self.index.num_signatures
+        slot_counts = self.supply.slot_counts(self.index.num_slots)
+        supply = np.bincount(sig_of_slot, weights=slot_counts, minlength=num_sigs)
+        scale: dict[int, float] = {}
+        if self.fairness_eps and open_jobs:
+            by_group: dict[int, list[float]] = {}
+            for j in open_jobs:
+                by_group.setdefault(j.group, []).append(j.weight ** (1 / self.fairness_eps))
+            scale = {g: group_queue_scale(r, self.fairness_eps) for g, r in by_group.items()}
+        return PolicyView(self.index.signature_matrix, supply, open_jobs, scale)
+
+    def _compile(self, now: float) -> None:
+        view = self._view(now)
+        if self._replan:
+            self.policy.replan(view)
+            self.replans += 1
+        self.compiles += 1
+        num_sigs = max(1, self.index.num_signatures)
+        v = self.num_tiers
+        width = max(1, len(view.open_jobs))
+        candidates = np.full((num_sigs, v, width), -1, dtype=np.int64)
+        counts = np.zeros((num_sigs, v), dtype=np.int64)
+        budget = np.full(len(self.by_idx), NO_LIMIT, dtype=np.int64)
+        for j in view.open_jobs:
+            budget[j.idx] = j.remaining
+        uniform = self.policy.mode == "uniform"
+        ordered = self.policy.remaining_ordered and not uniform
+        receivers: set[int] = set()
+        pairs: list[tuple[OpenJob, OpenJob]] = []
+        restriction = {js.idx: js.tier for js in self.by_idx if js.tier is not None}
+        for s in range(self.index.num_signatures):
+            sections = self.policy.sections(view, s)
+            for t in range(v):
+                row: list[OpenJob] = []
+                for section in sections:
+                    kept = [j for j in section if restriction.get(j.idx, t) == t]
+                    if ordered:
+                        pairs.extend(zip(kept[1:], kept[:-1], strict=True))
+                    row.extend(kept)
+                counts[s, t] = len(row)
+                candidates[s, t, : len(row)] = [j.idx for j in row]
+                if row:
+                    if uniform:
+                        receivers.update(j.idx for j in row)
+                    else:
+                        receivers.add(row[0].idx)
+        for behind, ahead in pairs:
+            if behind.idx in receivers:
+                budget[behind.idx] = min(budget[behind.idx], overtake_after(behind, ahead))
+        self._table = DispatchTable(candidates, counts, uniform, budget)
+        self._dirty = False
+        self._replan = False
