@@ -1,0 +1,1 @@
+"""Device profiles and check-in traces (synthetic and FedScale) for simulation."""
