@@ -85,7 +85,7 @@ class CheckinBatch:
     def __post_init__(self) -> None:
         n = None
         for f in fields(self):
-            column = np.asarray(getattr(self, f.name), dtype=self.DTYPES[f.name])
+            column: np.ndarray = np.asarray(getattr(self, f.name), dtype=self.DTYPES[f.name])
             object.__setattr__(self, f.name, column)
             if column.ndim != 1 or (n is not None and column.shape[0] != n):
                 raise ValueError(f"column {f.name!r} must be 1-D of length {n}")
@@ -141,7 +141,11 @@ def capacity_proxy(comp: np.ndarray, comm: np.ndarray) -> np.ndarray:
 class CheckinSource(Protocol):
     """A check-in trace streamed lazily in time order."""
 
-    name: str
+    # Read-only so frozen dataclasses satisfy it: a source's ``name: str``.
+    @property
+    def name(self) -> str:
+        """Human-readable name of the source (for logs and reports)."""
+        ...
 
     def chunks(self, start: float = 0.0, end: float = math.inf) -> Iterator[CheckinBatch]:
         """Non-empty batches covering check-ins with ``start <= time < end``, in order."""
@@ -205,7 +209,7 @@ class SyntheticTrace:
     window_cap_s: float = WINDOW_CAP_S
     num_profiles: int = NUM_PROFILES
     name: str = field(default="", compare=False)
-    _counts: list[int] = field(default_factory=list, init=False, repr=False, compare=False)
+    _starts: list[int] = field(default_factory=list, init=False, repr=False, compare=False)
     _comp: np.ndarray = field(init=False, repr=False, compare=False)
     _comm: np.ndarray = field(init=False, repr=False, compare=False)
 
@@ -247,10 +251,13 @@ class SyntheticTrace:
 
     def _offset(self, k: int) -> int:
         # The count is the first draw of chunk j's own RNG, so offsets need no other state.
-        while len(self._counts) < k:
-            j = len(self._counts)
-            self._counts.append(int(_chunk_rng(self.seed, j).poisson(self._expected(j))))
-        return sum(self._counts[:k])
+        starts = self._starts  # starts[j] = check-ins before chunk j
+        if not starts:
+            starts.append(0)
+        while len(starts) <= k:
+            j = len(starts) - 1
+            starts.append(starts[j] + int(_chunk_rng(self.seed, j).poisson(self._expected(j))))
+        return starts[k]
 
     def chunk(self, k: int) -> CheckinBatch:
         """All check-ins of chunk ``k`` (trace time ``[k*chunk_s, (k+1)*chunk_s)``).
