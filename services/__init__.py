@@ -1,0 +1,1 @@
+"""Venn's long-running services (each runnable as `python -m services.<name>`)."""

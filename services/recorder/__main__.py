@@ -1,0 +1,40 @@
+"""`python -m services.recorder [--migrate]`: run the audit recorder with Settings from env."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+from services.recorder.app import run_recorder
+from venn.audit import upgrade_database
+from venn.settings import Settings
+
+
+async def _main(settings: Settings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stats = await run_recorder(settings, stop)
+    logging.getLogger("venn.recorder").info("stopped: %s", stats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.recorder", description=__doc__)
+    parser.add_argument(
+        "--migrate", action="store_true", help="run `alembic upgrade head` on the DB first"
+    )
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args()
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    settings = Settings.from_env()
+    if args.migrate:
+        upgrade_database(settings.database_url)
+    asyncio.run(_main(settings))
+
+
+if __name__ == "__main__":
+    main()

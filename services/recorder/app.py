@@ -1,0 +1,201 @@
+"""Audit recorder: consume venn.rounds and venn.jobs, write the audit DB, dead-letter junk.
+
+Delivery is at least once: offsets are committed only after the batch is in the database
+(and its dead letters are acknowledged by the broker), and every write is idempotent, so a
+crash between the two only replays events that are then ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from sqlalchemy import Engine
+
+from venn.audit import job_rows_from_events, make_engine, record_jobs, record_rounds, round_row
+from venn.broker import topics
+from venn.broker.topics import ensure_topics
+from venn.events import (
+    ALLOWED_ON,
+    Event,
+    InvalidEvent,
+    JobCancelled,
+    JobFinished,
+    JobRegistered,
+    RoundClosed,
+    dead_letter_for,
+    decode,
+    encode,
+)
+from venn.settings import Settings
+
+log = logging.getLogger("venn.recorder")
+
+AUDITED = (RoundClosed, JobRegistered, JobFinished, JobCancelled)
+
+# A dead letter carries the original bytes; cap them so the dead letter itself stays sendable.
+MAX_ORIGINAL_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RecorderTopics:
+    """Topic names (overridable so tests can isolate themselves on a shared broker)."""
+
+    rounds: str = topics.ROUNDS
+    jobs: str = topics.JOBS
+    dead_letters: str = topics.DEAD_LETTERS
+
+    def allowed(self, topic: str) -> tuple[type[Event], ...]:
+        if topic == self.rounds:
+            return ALLOWED_ON[topics.ROUNDS]
+        if topic == self.jobs:
+            return ALLOWED_ON[topics.JOBS]
+        return ()
+
+
+@dataclass(slots=True)
+class RecorderStats:
+    batches: int = 0
+    records: int = 0
+    rounds_added: int = 0
+    jobs_touched: int = 0
+    dead_letters: int = 0
+    ignored: int = 0
+    """Valid events this service has no use for (e.g. round_requested)."""
+    db_retries: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Batch:
+    events: list[Event] = field(default_factory=list)
+    dead: list[tuple[ConsumerRecord[bytes, bytes], str]] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+def _classify(
+    records: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]],
+    names: RecorderTopics,
+    max_bytes: int,
+) -> _Batch:
+    batch = _Batch()
+    for tp, recs in records.items():
+        for rec in recs:
+            try:
+                batch.events.append(decode(rec.value, names.allowed(tp.topic), max_bytes))
+            except InvalidEvent as exc:
+                batch.dead.append((rec, exc.reason))
+        if recs:
+            batch.offsets[tp] = recs[-1].offset + 1
+    return batch
+
+
+def _write(engine: Engine, events: Sequence[Event]) -> tuple[int, int]:
+    rounds = [round_row(e) for e in events if isinstance(e, RoundClosed)]
+    jobs = job_rows_from_events(events)
+    with engine.begin() as conn:
+        return record_rounds(conn, rounds), record_jobs(conn, jobs)
+
+
+async def _write_until_done(
+    engine: Engine, events: Sequence[Event], stop: asyncio.Event, stats: RecorderStats
+) -> tuple[int, int] | None:
+    """Retry the DB write with backoff (the batch must not be skipped); None if stopped."""
+    delay = 0.2
+    while True:
+        try:
+            return await asyncio.to_thread(_write, engine, events)
+        except Exception:
+            stats.db_retries += 1
+            log.exception("audit write failed; retrying in %.1fs", delay)
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+            return None
+        except TimeoutError:
+            delay = min(delay * 2, 10.0)
+
+
+async def _send_dead_letters(
+    producer: AIOKafkaProducer, topic: str, dead: list[tuple[ConsumerRecord[bytes, bytes], str]]
+) -> None:
+    futures = []
+    for rec, reason in dead:
+        original = rec.value or b""
+        if len(original) > MAX_ORIGINAL_BYTES:
+            reason = f"{reason} (original truncated to {MAX_ORIGINAL_BYTES} bytes)"
+            original = original[:MAX_ORIGINAL_BYTES]
+        letter = dead_letter_for(
+            original, reason, rec.topic, rec.partition, rec.offset, time.time()
+        )
+        log.warning("dead letter %s:%d@%d: %s", rec.topic, rec.partition, rec.offset, reason)
+        futures.append(await producer.send(topic, encode(letter), key=rec.key))
+    await asyncio.gather(*futures)
+
+
+async def run_recorder(
+    settings: Settings,
+    stop_event: asyncio.Event,
+    *,
+    names: RecorderTopics | None = None,
+    group_id: str | None = None,
+    create_topics: bool = True,
+    max_records: int = 2000,
+    stats: RecorderStats | None = None,
+) -> RecorderStats:
+    """Run until `stop_event` is set. Returns counters (also updated live in `stats`)."""
+    names = names or RecorderTopics()
+    stats = stats if stats is not None else RecorderStats()
+    if create_topics:
+        # Subscribing to a missing topic would make Tansu auto-create it with 4 partitions.
+        await ensure_topics(
+            settings.broker,
+            settings.topic_partitions,
+            names=(names.rounds, names.jobs, names.dead_letters),
+        )
+    engine = make_engine(settings.database_url)
+    consumer = AIOKafkaConsumer(
+        names.rounds,
+        names.jobs,
+        bootstrap_servers=settings.broker,
+        group_id=group_id or settings.recorder_group,
+        client_id="venn-recorder",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.broker, client_id="venn-recorder", acks=1, linger_ms=5
+    )
+    await producer.start()
+    await consumer.start()
+    try:
+        while not stop_event.is_set():
+            records = await consumer.getmany(timeout_ms=300, max_records=max_records)
+            if not records:
+                continue
+            batch = _classify(records, names, settings.max_event_bytes)
+            written = await _write_until_done(engine, batch.events, stop_event, stats)
+            if written is None:
+                break  # stopped before the write landed: leave offsets uncommitted
+            await _send_dead_letters(producer, names.dead_letters, batch.dead)
+            await consumer.commit(batch.offsets)
+            useful = sum(1 for e in batch.events if _is_audited(e))
+            stats.batches += 1
+            stats.records += sum(len(r) for r in records.values())
+            stats.rounds_added += written[0]
+            stats.jobs_touched += written[1]
+            stats.dead_letters += len(batch.dead)
+            stats.ignored += len(batch.events) - useful
+            stats.reasons.extend(reason for _, reason in batch.dead)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+        engine.dispose()
+    return stats
+
+
+def _is_audited(event: Event) -> bool:
+    return isinstance(event, AUDITED)
