@@ -1,0 +1,19 @@
+"""The ``venn`` command line: simulator commands and the local stack."""
+
+from __future__ import annotations
+
+import typer
+
+from venn.cli import sim_commands, stack_commands
+
+app = typer.Typer(
+    help="Venn: a resource manager for collaborative (federated) learning jobs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+sim_commands.register(app)
+stack_commands.register(app)
+
+
+def main() -> None:
+    app()
