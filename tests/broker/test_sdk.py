@@ -1,0 +1,175 @@
+"""VennClient against the real broker: per-job fan-out of assignments and results."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from venn import events
+from venn.broker import topics
+from venn.broker.topics import ensure_topics
+from venn.events import Assignment, DeviceResult, Event
+from venn.sdk import VennClient, new_event_id
+
+
+@pytest.fixture
+async def producer(broker: str) -> AsyncIterator[AIOKafkaProducer]:
+    await ensure_topics(broker, 4)
+    p = AIOKafkaProducer(bootstrap_servers=broker)
+    await p.start()
+    yield p
+    await p.stop()
+
+
+def assignment(job_id: str, device: str, round_index: int = 0) -> Assignment:
+    return Assignment(
+        event_id=new_event_id(),
+        time=time.time(),
+        job_id=job_id,
+        round_index=round_index,
+        device_id=device,
+        task_url=f"http://example/{job_id}",
+        speed_ms_per_sample=78.0,
+        bandwidth_kbps=13736.0,
+    )
+
+
+def result(job_id: str, device: str) -> DeviceResult:
+    return DeviceResult(
+        event_id=new_event_id(),
+        time=time.time(),
+        job_id=job_id,
+        round_index=0,
+        device_id=device,
+        ok=True,
+        response_time_s=12.0,
+    )
+
+
+async def publish(p: AIOKafkaProducer, topic: str, items: list[Event]) -> None:
+    for e in items:
+        await p.send_and_wait(topic, events.encode(e), key=events.key_of(e))
+
+
+async def take(it: AsyncIterator[Event], n: int, timeout: float = 10.0) -> list[Event]:
+    out: list[Event] = []
+
+    async def run() -> None:
+        async for e in it:
+            out.append(e)
+            if len(out) == n:
+                return
+
+    await asyncio.wait_for(run(), timeout)
+    return out
+
+
+async def test_each_job_sees_only_its_own_assignments_and_results(
+    broker: str, producer: AIOKafkaProducer, unique: str
+) -> None:
+    a1, a2, b1 = f"a1-{unique}", f"a2-{unique}", f"b1-{unique}"
+    async with VennClient(broker) as owner_a, VennClient(broker) as owner_b:
+        for job in (a1, a2):
+            owner_a.subscribe(job)
+        owner_b.subscribe(b1)
+        sent = [assignment(job, f"dev-{job}-{i}") for i in range(5) for job in (a1, a2, b1)]
+        sent.append(assignment(f"nobody-{unique}", "dev-x"))
+        await publish(producer, topics.ASSIGNMENTS, sent)
+        await publish(producer, topics.RESULTS, [result(a2, "dev-r1"), result(b1, "dev-r2")])
+
+        got_a1 = await take(owner_a.assignments(a1), 5)
+        got_a2 = await take(owner_a.assignments(a2), 5)
+        got_b1 = await take(owner_b.assignments(b1), 5)
+        res_a2 = await take(owner_a.results(a2), 1)
+        res_b1 = await take(owner_b.results(b1), 1)
+
+        def ids(job: str) -> list[str]:
+            return [e.event_id for e in sent if isinstance(e, Assignment) and e.job_id == job]
+
+        # Per-job order is the partition order (same key -> same partition).
+        assert [e.event_id for e in got_a1] == ids(a1)
+        assert [e.event_id for e in got_a2] == ids(a2)
+        assert [e.event_id for e in got_b1] == ids(b1)
+        assert [r.device_id for r in res_a2] == ["dev-r1"]  # type: ignore[attr-defined]
+        assert [r.device_id for r in res_b1] == ["dev-r2"]  # type: ignore[attr-defined]
+        # Nothing else is queued for a job: B never saw A's traffic and vice versa.
+        await asyncio.sleep(0.5)
+        assert owner_a._subs[a1].assignments.empty()
+        assert owner_b._subs[b1].results.empty()
+        assert owner_b.stats.ignored >= 11  # a1's, a2's and the unknown job's assignments
+
+
+async def test_events_from_before_the_client_started_are_not_delivered(
+    broker: str, producer: AIOKafkaProducer, unique: str
+) -> None:
+    job = f"old-{unique}"
+    await publish(producer, topics.ASSIGNMENTS, [assignment(job, "dev-before")])
+    async with VennClient(broker) as owner:
+        owner.subscribe(job)
+        await publish(producer, topics.ASSIGNMENTS, [assignment(job, "dev-after")])
+        got = await take(owner.assignments(job), 1)
+        assert [e.device_id for e in got] == ["dev-after"]  # type: ignore[attr-defined]
+
+
+async def test_malformed_assignment_goes_to_dead_letters_and_dispatch_continues(
+    broker: str, producer: AIOKafkaProducer, unique: str
+) -> None:
+    job = f"bad-{unique}"
+    async with VennClient(broker) as owner:
+        owner.subscribe(job)
+        bad = b'{"type": "assignment", "job_id": "' + job.encode() + b'"}'
+        await producer.send_and_wait(topics.ASSIGNMENTS, bad, key=job.encode())
+        await publish(producer, topics.ASSIGNMENTS, [assignment(job, "dev-good")])
+        got = await take(owner.assignments(job), 1)
+        assert [e.device_id for e in got] == ["dev-good"]  # type: ignore[attr-defined]
+        assert owner.stats.invalid == 1
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topics.DEAD_LETTERS, p) for p in range(4)]
+        consumer.assign(parts)
+        letters: list[events.DeadLetter] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not letters:
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                for r in records:
+                    letter = events.decode(r.value, (events.DeadLetter,))
+                    assert isinstance(letter, events.DeadLetter)
+                    if letter.original_bytes() == bad:
+                        letters.append(letter)
+        assert letters and letters[0].source_topic == topics.ASSIGNMENTS
+        assert letters[0].reason.startswith("missing_field")
+    finally:
+        await consumer.stop()
+
+
+async def test_register_and_round_requests_are_keyed_by_job(broker: str, unique: str) -> None:
+    await ensure_topics(broker, 4)
+    job = f"reg-{unique}"
+    async with VennClient(broker) as owner:
+        reg = await owner.register_job(job, {"cpu": 7}, demand=3, rounds=2, deadline_s=300)
+        req = await owner.request_round(job, 0, 3)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topics.JOBS, p) for p in range(4)])
+        seen: dict[str, tuple[bytes, Event]] = {}
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(seen) < 2:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                for r in records:
+                    e = events.decode(r.value)
+                    if e.event_id in (reg.event_id, req.event_id):
+                        seen[e.event_id] = (r.key, e)
+        assert seen[reg.event_id][0] == job.encode()
+        assert seen[req.event_id][0] == job.encode()
+        assert seen[reg.event_id][1] == reg
+        assert reg.requirement == {"cpu_f": 7.0}  # the paper's alias, normalised
+    finally:
+        await consumer.stop()

@@ -1,0 +1,321 @@
+"""`VennClient`: the job owner's side of Venn, spoken over Kafka.
+
+One client serves any number of jobs. It owns one producer and one consumer; the consumer
+reads every partition of venn.assignments and venn.results and hands each event to the
+queue of its job (the message key), so a coordinator sees only its own jobs' traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Literal, Self, TypeVar
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from venn import events
+from venn.broker import topics
+from venn.core.model import Requirement
+from venn.events import (
+    Assignment,
+    DeviceResult,
+    Event,
+    JobCancelled,
+    JobFinished,
+    JobRegistered,
+    RoundClosed,
+    RoundRequested,
+)
+
+log = logging.getLogger(__name__)
+
+E = TypeVar("E", bound=Event)
+
+# Events stamped this long before a job was subscribed are from an earlier use of the same
+# job id on a long-lived broker (the consumer starts near the end of each partition, but
+# Tansu's ListOffsets may point a little before it).
+STALE_GRACE_S = 2.0
+
+_CLOSED = object()
+
+
+def new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class _Subscription:
+    since: float
+    assignments: asyncio.Queue[Assignment | object] = field(default_factory=asyncio.Queue)
+    results: asyncio.Queue[DeviceResult | object] = field(default_factory=asyncio.Queue)
+
+
+@dataclass
+class ClientStats:
+    """Counters a coordinator may show or test."""
+
+    dispatched: int = 0
+    ignored: int = 0  # valid events for jobs this client does not serve (or stale ones)
+    invalid: int = 0  # malformed messages, sent to the dead-letter topic
+
+
+class VennClient:
+    """Async client for job owners: register jobs, request rounds, follow assignments and
+    results, report round closes and job completion.
+
+    Use as ``async with VennClient("127.0.0.1:9092") as venn: ...``.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "venn-sdk",
+        max_event_bytes: int = events.DEFAULT_MAX_BYTES,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self.max_event_bytes = max_event_bytes
+        self.stats = ClientStats()
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._subs: dict[str, _Subscription] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> Self:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, client_id=self.client_id, acks=1, linger_ms=2
+        )
+        await producer.start()
+        self._producer = producer
+        # No consumer group: every client sees every partition and filters by key itself.
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            client_id=self.client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        self._consumer = consumer
+        partitions = []
+        for topic in (topics.ASSIGNMENTS, topics.RESULTS):
+            for p in sorted(await producer.partitions_for(topic)):
+                partitions.append(TopicPartition(topic, p))
+        consumer.assign(partitions)
+        await consumer.seek_to_end(*partitions)
+        # Resolve positions now, so nothing produced after start() can be skipped.
+        for tp in partitions:
+            await consumer.position(tp)
+        self._pump = asyncio.create_task(self._dispatch(), name="venn-sdk-dispatch")
+        return self
+
+    async def close(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+            self._pump = None
+        for sub in self._subs.values():
+            sub.assignments.put_nowait(_CLOSED)
+            sub.results.put_nowait(_CLOSED)
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- job owner's requests --------------------------------------------------------
+
+    def subscribe(self, job_id: str) -> None:
+        """Start buffering this job's assignments and results (register_job does it)."""
+        if job_id not in self._subs:
+            self._subs[job_id] = _Subscription(since=time.time())
+
+    def unsubscribe(self, job_id: str) -> None:
+        """Stop following a job; its open iterators end."""
+        sub = self._subs.pop(job_id, None)
+        if sub is not None:
+            sub.assignments.put_nowait(_CLOSED)
+            sub.results.put_nowait(_CLOSED)
+
+    async def register_job(
+        self,
+        job_id: str,
+        requirement: Mapping[str, float],
+        demand: int,
+        rounds: int,
+        deadline_s: float,
+        workload_s: float = 30.0,
+    ) -> JobRegistered:
+        self.subscribe(job_id)
+        event = JobRegistered(
+            event_id=new_event_id(),
+            time=time.time(),
+            job_id=job_id,
+            # Paper aliases ("cpu", "memory", "os") become the attribute names devices report.
+            requirement=Requirement.of(requirement).as_dict(),
+            demand=demand,
+            rounds=rounds,
+            deadline_s=deadline_s,
+            workload_s=workload_s,
+        )
+        await self._send(topics.JOBS, event)
+        return event
+
+    async def request_round(self, job_id: str, round_index: int, demand: int) -> RoundRequested:
+        event = RoundRequested(
+            event_id=new_event_id(),
+            time=time.time(),
+            job_id=job_id,
+            round_index=round_index,
+            demand=demand,
+        )
+        await self._send(topics.JOBS, event)
+        return event
+
+    async def close_round(
+        self,
+        job_id: str,
+        round_index: int,
+        outcome: Literal["succeeded", "failed"],
+        *,
+        demand: int,
+        assigned: int,
+        results: int,
+        opened_at: float,
+        closed_at: float,
+        reason: str = "",
+        sched_delay_s: float = 0.0,
+        response_time_s: float = 0.0,
+    ) -> RoundClosed:
+        event = RoundClosed(
+            event_id=new_event_id(),
+            time=time.time(),
+            job_id=job_id,
+            round_index=round_index,
+            outcome=outcome,
+            demand=demand,
+            assigned=assigned,
+            results=results,
+            opened_at=opened_at,
+            closed_at=closed_at,
+            reason=reason,
+            sched_delay_s=sched_delay_s,
+            response_time_s=response_time_s,
+        )
+        await self._send(topics.ROUNDS, event)
+        return event
+
+    async def finish_job(
+        self,
+        job_id: str,
+        *,
+        rounds_completed: int,
+        arrival: float,
+        finished_at: float,
+        jct_s: float | None = None,
+    ) -> JobFinished:
+        event = JobFinished(
+            event_id=new_event_id(),
+            time=time.time(),
+            job_id=job_id,
+            rounds_completed=rounds_completed,
+            arrival=arrival,
+            finished_at=finished_at,
+            jct_s=max(0.0, finished_at - arrival) if jct_s is None else jct_s,
+        )
+        await self._send(topics.ROUNDS, event)
+        self.unsubscribe(job_id)
+        return event
+
+    async def cancel_job(self, job_id: str, reason: str = "cancelled by owner") -> JobCancelled:
+        event = JobCancelled(
+            event_id=new_event_id(), time=time.time(), job_id=job_id, reason=reason
+        )
+        await self._send(topics.JOBS, event)
+        self.unsubscribe(job_id)
+        return event
+
+    # -- what Venn sends back --------------------------------------------------------
+
+    def assignments(self, job_id: str) -> AsyncIterator[Assignment]:
+        """This job's assignments, as they arrive (ends when the job is unsubscribed)."""
+        self.subscribe(job_id)
+        return _drain(self._subs[job_id].assignments, Assignment)
+
+    def results(self, job_id: str) -> AsyncIterator[DeviceResult]:
+        """This job's device results and failures, as they arrive."""
+        self.subscribe(job_id)
+        return _drain(self._subs[job_id].results, DeviceResult)
+
+    # -- internals -------------------------------------------------------------------
+
+    async def _send(self, topic: str, event: Event) -> None:
+        if self._producer is None:
+            raise RuntimeError("VennClient is not started (use `async with`)")
+        await self._producer.send_and_wait(topic, events.encode(event), key=events.key_of(event))
+
+    async def _dispatch(self) -> None:
+        assert self._consumer is not None
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
+            for tp, records in batches.items():
+                allowed = events.ALLOWED_ON[tp.topic]
+                for record in records:
+                    try:
+                        event = events.decode(record.value, allowed, self.max_event_bytes)
+                    except events.InvalidEvent as exc:
+                        self.stats.invalid += 1
+                        await self._dead_letter(record.value, exc.reason, tp, record.offset)
+                        continue
+                    self._route(event)
+
+    def _route(self, event: Event) -> None:
+        sub = self._subs.get(getattr(event, "job_id", ""))
+        if sub is None or event.time < sub.since - STALE_GRACE_S:
+            self.stats.ignored += 1
+            return
+        if isinstance(event, Assignment):
+            sub.assignments.put_nowait(event)
+        elif isinstance(event, DeviceResult):
+            sub.results.put_nowait(event)
+        self.stats.dispatched += 1
+
+    async def _dead_letter(
+        self, raw: bytes | None, reason: str, tp: TopicPartition, offset: int
+    ) -> None:
+        letter = events.dead_letter_for(raw, reason, tp.topic, tp.partition, offset, time.time())
+        try:
+            await self._send(topics.DEAD_LETTERS, letter)
+        except Exception:  # a dead letter must never take the client down
+            log.exception("could not publish a dead letter for %s:%s", tp, offset)
+
+
+async def _drain(queue: asyncio.Queue[E | object], kind: type[E]) -> AsyncIterator[E]:
+    while True:
+        item = await queue.get()
+        if item is _CLOSED:
+            return
+        assert isinstance(item, kind)
+        yield item
