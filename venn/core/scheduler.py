@@ -180,6 +180,31 @@ class Scheduler:
             if js is not None:
                 js.devices.discard(device_id)
 
+    def adopt(self, job_id: str, round_index: int, device_id: Hashable, now: float) -> bool:
+        """Account an assignment decided outside this instance (e.g. before a restart).
+
+        Ignored if the round is not open, has no demand left, or already holds the device.
+        """
+        js = self.jobs.get(job_id)
+        if (
+            js is None
+            or not js.round_open
+            or js.round_index != round_index
+            or js.remaining <= 0
+            or device_id in js.devices
+        ):
+            return False
+        js.remaining -= 1
+        js.assigned += 1
+        js.service += 1
+        if js.remaining <= 0:
+            js.filled_at = now
+        if self.track_devices:
+            self.active_devices[device_id] = (job_id, round_index)
+            js.devices.add(device_id)
+        self._mark(replan=True)
+        return True
+
     def _matching_tier(self, js: JobState) -> int | None:
         if self.tiers is None or self.tails is None or not js.response_times:
             return None  # first rounds skip matching: no profile yet

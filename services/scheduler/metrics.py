@@ -1,0 +1,14 @@
+"""Prometheus counters of the scheduler worker."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+EVENTS = Counter("venn_scheduler_events", "Input events processed", ["topic"])
+DUPLICATES = Counter("venn_scheduler_duplicates", "Events skipped as replays", ["topic"])
+ASSIGNMENTS = Counter("venn_scheduler_assignments", "Assignments published")
+ADOPTED = Counter(
+    "venn_scheduler_adopted", "Assignments accounted from the topic (decided before a restart)"
+)
+DEAD_LETTERS = Counter("venn_scheduler_dead_letters", "Dead letters published", ["topic"])
+REBUILDS = Counter("venn_scheduler_rebuilds", "Core rebuilds from the tables")

@@ -1,0 +1,274 @@
+"""The scheduler worker's state machine: decoded events in, core calls, table rows and
+assignments out. No Kafka here; the Faust app feeds it and publishes what it returns.
+
+Durable state lives in two tables (Faust tables with changelogs in production):
+- ``jobs``: job_id -> row = core snapshot (``venn.core.snapshot``) + pipeline fields:
+  ``partition`` (the job's partition), ``removed`` (tombstone, so replays cannot
+  resurrect a job), ``accepted`` (ids of the current round's assignments already
+  accounted), ``device_tiers`` and ``results`` (tier, response time) of the round.
+- ``devices``: device_id -> "job_id:round_index" of its active assignment.
+
+Every row is written while processing an event of the job's own partition (venn.jobs,
+venn.rounds, venn.results and venn.assignments are all keyed by job_id): Faust writes a
+changelog record to the partition of the current event, so rows of one job always land
+in one changelog partition and recovery replays them in order. That is why an
+assignment decided on a check-in (keyed by device) is accounted in the jobs table only
+when the worker reads it back from venn.assignments (``on_assignment``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Collection, MutableMapping
+from typing import Any
+
+from services.scheduler.config import SchedulerConfig
+from services.scheduler.dedupe import RecentIds
+from venn import events as ev
+from venn.core import make_scheduler
+from venn.core.model import JobSpec, Requirement
+from venn.core.scheduler import Scheduler
+from venn.core.snapshot import restore_job, snapshot_job
+
+log = logging.getLogger(__name__)
+
+Row = dict[str, Any]
+
+REFERENCE_SPEED_MS = 78.0
+REFERENCE_BANDWIDTH_KBPS = 13736.0
+
+
+class Rejected(Exception):
+    """A well-formed event that cannot be applied (e.g. unknown job): dead-letter it."""
+
+
+def speed_proxy(speed_ms_per_sample: float, bandwidth_kbps: float) -> float:
+    """The reference code's capacity proxy ``60*comp + 10/comm`` (lower is faster)."""
+    comp = speed_ms_per_sample / REFERENCE_SPEED_MS
+    comm = bandwidth_kbps / REFERENCE_BANDWIDTH_KBPS
+    return 60 * comp + (10 / comm if comm > 0 else math.inf)
+
+
+def uniform_of(event_id: str) -> float:
+    """A deterministic U(0,1) draw per event, so a replayed check-in decides the same."""
+    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+class SchedulerState:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        jobs: MutableMapping[str, Any],
+        devices: MutableMapping[str, Any],
+        owned_partitions: Callable[[], Collection[int] | None] = lambda: None,
+    ) -> None:
+        self.config = config
+        self.jobs = jobs
+        self.devices = devices
+        self.owned_partitions = owned_partitions
+        self.recent = RecentIds(config.dedupe_window)
+        self.core = self._new_core()
+        self.removed: set[str] = set()
+        self.rows: dict[str, Row] = {}
+        self.decided: set[str] = set()  # assignment ids this core instance decided itself
+        self.loaded = False
+
+    def _new_core(self) -> Scheduler:
+        return make_scheduler(self.config.policy, seed=self.config.seed)
+
+    # -- recovery ----------------------------------------------------------------------
+    def invalidate(self) -> None:
+        """Partitions changed: rebuild the core from the tables before the next event."""
+        self.loaded = False
+
+    def ensure_loaded(self, now: float) -> None:
+        if self.loaded:
+            return
+        owned = self.owned_partitions()
+        self.core = self._new_core()
+        self.removed.clear()
+        self.rows.clear()
+        self.decided.clear()
+        # The memory store keeps rows of revoked partitions: take only the owned ones.
+        for job_id, row in list(self.jobs.items()):
+            if owned is not None and row.get("partition") not in owned:
+                continue
+            self.rows[job_id] = row
+            if row.get("removed"):
+                self.removed.add(job_id)
+            else:
+                restore_job(self.core, row["core"], now)
+        self.loaded = True
+        log.info("scheduler core rebuilt: %d jobs, %d removed", len(self.rows), len(self.removed))
+
+    # -- rows --------------------------------------------------------------------------
+    def _save(self, job_id: str, partition: int, **changes: Any) -> Row:
+        old = self.rows.get(job_id, {})
+        row: Row = {
+            "partition": partition,
+            "removed": False,
+            "accepted": [],
+            "device_tiers": {},
+            "results": [],
+            **{k: v for k, v in old.items() if k != "core"},
+            **changes,
+        }
+        js = self.core.jobs.get(job_id)
+        if js is not None:
+            row["core"] = snapshot_job(js)
+        elif "core" in old:
+            row["core"] = old["core"]
+        self.rows[job_id] = row
+        self.jobs[job_id] = row
+        return row
+
+    def _new_round_fields(self) -> dict[str, Any]:
+        return {"accepted": [], "device_tiers": {}, "results": []}
+
+    def _forget_devices(self, devices: Collection[Any], job_id: str, round_index: int) -> None:
+        holder = f"{job_id}:{round_index}"
+        for device in devices:
+            if self.devices.get(str(device)) == holder:
+                del self.devices[str(device)]
+
+    def _known(self, job_id: str) -> bool:
+        """True for a live job, False for a removed one; Rejected for a never-seen one."""
+        if job_id in self.core.jobs:
+            return True
+        if job_id in self.removed:
+            return False
+        raise Rejected(f"unknown job {job_id!r}")
+
+    # -- venn.jobs ---------------------------------------------------------------------
+    def on_job_event(self, event: ev.Event, partition: int, now: float) -> None:
+        if isinstance(event, ev.JobRegistered):
+            if event.job_id in self.removed:
+                return
+            spec = JobSpec(
+                event.job_id,
+                Requirement.of(event.requirement),
+                event.demand,
+                event.rounds,
+                event.deadline_s,
+                arrival=event.time,
+                workload_s=event.workload_s,
+            )
+            if self.core.add_job(spec, now):
+                self._save(event.job_id, partition)
+        elif isinstance(event, ev.RoundRequested):
+            if not self._known(event.job_id):
+                return
+            js = self.core.jobs[event.job_id]
+            previous, was_open = set(js.devices), js.round_open
+            prev_index = js.round_index
+            if self.core.request_round(event.job_id, event.round_index, now, event.demand):
+                if was_open:
+                    self._forget_devices(previous, event.job_id, prev_index)
+                self._save(event.job_id, partition, **self._new_round_fields())
+        elif isinstance(event, ev.JobCancelled) and self._known(event.job_id):
+            self._remove(event.job_id, partition)
+
+    def _remove(self, job_id: str, partition: int) -> None:
+        js = self.core.jobs[job_id]
+        self._forget_devices(set(js.devices), job_id, js.round_index)
+        self.core.remove_job(job_id)
+        self.removed.add(job_id)
+        self._save(job_id, partition, removed=True, **self._new_round_fields())
+
+    # -- venn.rounds -------------------------------------------------------------------
+    def on_round_event(self, event: ev.Event, partition: int, now: float) -> None:
+        if isinstance(event, ev.RoundClosed):
+            if not self._known(event.job_id):
+                return
+            js = self.core.jobs[event.job_id]
+            devices = set(js.devices)
+            results = self.rows.get(event.job_id, {}).get("results", [])
+            closed = self.core.close_round(
+                event.job_id,
+                event.round_index,
+                now,
+                event.outcome == "succeeded",
+                tiers=[int(t) for t, _ in results],
+                response_times=[float(r) for _, r in results],
+            )
+            if closed:
+                self._forget_devices(devices, event.job_id, event.round_index)
+                self._save(event.job_id, partition, **self._new_round_fields())
+        elif isinstance(event, ev.JobFinished) and self._known(event.job_id):
+            self._remove(event.job_id, partition)
+
+    # -- venn.results ------------------------------------------------------------------
+    def on_result(self, event: ev.Event, partition: int, now: float) -> None:
+        assert isinstance(event, ev.DeviceResult)
+        if not self._known(event.job_id):
+            return
+        holder = (event.job_id, event.round_index)
+        if self.core.active_devices.get(event.device_id) != holder:
+            return  # late or duplicate: the device no longer holds this assignment
+        self.core.release_device(event.device_id)
+        self._forget_devices([event.device_id], *holder)
+        row = self.rows.get(event.job_id, {})
+        tiers: dict[str, int] = dict(row.get("device_tiers", {}))
+        results = list(row.get("results", []))
+        tier = tiers.pop(event.device_id, None)
+        if tier is not None and event.ok:
+            results.append([tier, event.response_time_s])
+        self._save(event.job_id, partition, device_tiers=tiers, results=results)
+
+    # -- venn.checkins -----------------------------------------------------------------
+    def on_checkin(self, event: ev.Event, now: float) -> ev.Assignment | None:
+        assert isinstance(event, ev.DeviceCheckin)
+        slot = self.core.slot_of(event.attrs)
+        tier = self.core.tier_of(speed_proxy(event.speed_ms_per_sample, event.bandwidth_kbps))
+        decision = self.core.checkin(
+            slot, now, tier=tier, u=uniform_of(event.event_id), device_id=event.device_id
+        )
+        if decision is None:
+            return None
+        # Stable across a replay that decides the same, distinct otherwise.
+        event_id = f"asg:{event.event_id}:{decision.job_id}:{decision.round_index}"
+        self.decided.add(event_id)
+        return ev.Assignment(
+            event_id=event_id,
+            time=now,
+            job_id=decision.job_id,
+            round_index=decision.round_index,
+            device_id=event.device_id,
+            task_url=self.config.task_url(decision.job_id, decision.round_index),
+            speed_ms_per_sample=event.speed_ms_per_sample,
+            bandwidth_kbps=event.bandwidth_kbps,
+        )
+
+    # -- venn.assignments (read back on the job's partition) ---------------------------
+    def on_assignment(self, event: ev.Event, partition: int, now: float) -> bool:
+        """Account an assignment in the jobs table. True if it was decided before a restart
+        and had to be adopted by the core."""
+        assert isinstance(event, ev.Assignment)
+        if not self._known(event.job_id):
+            return False
+        js = self.core.jobs[event.job_id]
+        row = self.rows.get(event.job_id, {})
+        accepted: list[str] = list(row.get("accepted", []))
+        if js.round_index != event.round_index or event.event_id in accepted:
+            return False
+        adopted = False
+        if event.event_id in self.decided:
+            self.decided.discard(event.event_id)
+        else:
+            adopted = self.core.adopt(event.job_id, event.round_index, event.device_id, now)
+        if self.core.active_devices.get(event.device_id) != (event.job_id, event.round_index):
+            # Released before it was read back, or refused on adoption (over demand).
+            self._save(event.job_id, partition, accepted=[*accepted, event.event_id])
+            return adopted
+        tiers = dict(row.get("device_tiers", {}))
+        tiers[event.device_id] = self.core.tier_of(
+            speed_proxy(event.speed_ms_per_sample, event.bandwidth_kbps)
+        )
+        self.devices[event.device_id] = f"{event.job_id}:{event.round_index}"
+        self._save(
+            event.job_id, partition, accepted=[*accepted, event.event_id], device_tiers=tiers
+        )
+        return adopted

@@ -1,0 +1,103 @@
+"""JSON-able snapshots of a job's core state, and their restoration into a scheduler.
+
+A snapshot is the durable part of ``JobState``: the spec, round bookkeeping and the
+devices holding an assignment of the open round. Soft state (the supply window, the
+plan, the dispatch table) is not captured: it is rebuilt from the check-ins that follow.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from venn.core.model import JobSpec, Requirement
+from venn.core.scheduler import JobState, Scheduler
+
+Snapshot = dict[str, Any]
+
+
+def snapshot_spec(spec: JobSpec) -> Snapshot:
+    return {
+        "job_id": spec.job_id,
+        "requirement": spec.requirement.as_dict(),
+        "demand": spec.demand,
+        "rounds": spec.rounds,
+        "deadline": spec.deadline,
+        "arrival": spec.arrival,
+        "workload_s": spec.workload_s,
+        "success_ratio": spec.success_ratio,
+        "tier": spec.tier,
+        "template": spec.template,
+    }
+
+
+def restore_spec(data: Snapshot) -> JobSpec:
+    return JobSpec(
+        job_id=str(data["job_id"]),
+        requirement=Requirement.of(data["requirement"]),
+        demand=int(data["demand"]),
+        rounds=int(data["rounds"]),
+        deadline=float(data["deadline"]),
+        arrival=float(data["arrival"]),
+        workload_s=float(data["workload_s"]),
+        success_ratio=float(data["success_ratio"]),
+        tier=int(data["tier"]),
+        template=int(data["template"]),
+    )
+
+
+def snapshot_job(state: JobState) -> Snapshot:
+    """The durable state of one job as plain JSON types."""
+    return {
+        "spec": snapshot_spec(state.spec),
+        "registered_at": state.registered_at,
+        "rounds_done": state.rounds_done,
+        "attempts": state.attempts,
+        "round_index": state.round_index,
+        "round_open": state.round_open,
+        "demand": state.demand,
+        "remaining": state.remaining,
+        "requested_at": state.requested_at,
+        "filled_at": state.filled_at,
+        "tier": state.tier,
+        "assigned": state.assigned,
+        "service": state.service,
+        "devices": sorted(state.devices, key=str),
+        "sched_delays": list(state.sched_delays),
+        "response_times": list(state.response_times),
+    }
+
+
+def restore_job(scheduler: Scheduler, data: Snapshot, now: float) -> bool:
+    """Re-add a job from its snapshot, reopening its round with the remaining demand and
+    marking the devices of that round active again. False if the job is already known.
+
+    ``now`` is unused by the bookkeeping (the snapshot carries its own times) but keeps
+    the signature of every other core event.
+    """
+    del now
+    spec = restore_spec(data["spec"])
+    if not scheduler.add_job(spec, float(data["registered_at"])):
+        return False
+    js = scheduler.jobs[spec.job_id]
+    js.rounds_done = int(data["rounds_done"])
+    js.attempts = int(data["attempts"])
+    js.round_index = int(data["round_index"])
+    js.round_open = bool(data["round_open"])
+    js.demand = int(data["demand"])
+    js.remaining = int(data["remaining"])
+    js.requested_at = float(data["requested_at"])
+    filled = data["filled_at"]
+    js.filled_at = None if filled is None else float(filled)
+    tier = data["tier"]
+    js.tier = None if tier is None else int(tier)
+    js.assigned = int(data["assigned"])
+    js.service = int(data["service"])
+    js.sched_delays = deque((float(x) for x in data["sched_delays"]), maxlen=10)
+    js.response_times = deque((float(x) for x in data["response_times"]), maxlen=10)
+    if js.round_open:
+        for device in data["devices"]:
+            js.devices.add(device)
+            scheduler.active_devices[device] = (spec.job_id, js.round_index)
+    # add_job marked the plan dirty, so the next check-in recompiles with these values.
+    return True
