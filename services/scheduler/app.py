@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -82,6 +83,7 @@ def create_app(
         broker_heartbeat_interval=1,
         web_bind="127.0.0.1",
         web_port=config.web_port,
+        datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data"),
     )
     partitions = settings.topic_partitions
     jobs_table = app.Table("jobs", key_type=str, partitions=partitions)
