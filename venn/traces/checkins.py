@@ -403,26 +403,35 @@ def read_capacity(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 def _keep_disjoint(ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Mask of intervals kept: per ID, by start, keep one iff it starts at or after the
     end of the last kept interval of that ID (greedy); drop empty intervals."""
-    keep = end > start
-    order = np.lexsort((end, start, ids))
-    order = order[keep[order]]
-    s_ids, s_start, s_end = ids[order], start[order], end[order]
-    clash = (s_ids[1:] == s_ids[:-1]) & (s_start[1:] < s_end[:-1])
-    if not clash.any():
+    keep = np.zeros(len(ids), dtype=bool)
+    valid = np.flatnonzero(end > start)
+    n = len(valid)
+    if n == 0:
         return keep
-    # Without an adjacent clash a group is already disjoint; walk only the others.
-    bad_ids = np.unique(s_ids[1:][clash])
-    rows = np.flatnonzero(np.isin(s_ids, bad_ids))
-    last_id: int | None = None
-    last_end = -math.inf
-    for r in rows.tolist():
-        device = int(s_ids[r])
-        if device != last_id:
-            last_id, last_end = device, float(s_end[r])
-        elif s_start[r] < last_end:
-            keep[order[r]] = False
-        else:
-            last_end = float(s_end[r])
+    # Integer ranks of all instants keep order and equality exactly, so (group, time)
+    # folds into one sortable int64 key without float rounding; two argsorts on int keys
+    # are several times faster than np.lexsort on floats.
+    _, rank = np.unique(np.concatenate([start[valid], end[valid]]), return_inverse=True)
+    width = np.int64(rank.max()) + 1
+    by_time = np.argsort(rank[:n] * width + rank[n:], kind="stable")
+    local = by_time[np.argsort(ids[valid][by_time], kind="stable")]
+    order = valid[local]
+    s_ids = ids[order]
+    head = np.r_[True, s_ids[1:] != s_ids[:-1]]
+    group = np.cumsum(head) - 1
+    key_start = group * width + rank[:n][local]
+    key_end = group * width + rank[n:][local]
+    group_stop = np.r_[np.flatnonzero(head)[1:], n][group]
+    # The greedy successor of a kept interval: the first of its ID starting at/after its end.
+    successor = np.searchsorted(key_start, key_end, side="left")
+    successor[successor >= group_stop] = -1
+    kept = np.zeros(n, dtype=bool)
+    frontier = np.flatnonzero(head)
+    while frontier.size:
+        kept[frontier] = True
+        frontier = successor[frontier]
+        frontier = frontier[frontier >= 0]
+    keep[order[kept]] = True
     return keep
 
 
@@ -470,7 +479,8 @@ class FedScaleTrace:
         start = np.asarray(start, dtype=np.float64)
         end = np.asarray(end, dtype=np.float64)
         rows = np.flatnonzero(_keep_disjoint(ids, start, end))
-        rows = rows[np.lexsort((ids[rows], start[rows]))]
+        rows = rows[np.argsort(ids[rows], kind="stable")]
+        rows = rows[np.argsort(start[rows], kind="stable")]
         uniq, inverse = np.unique(ids[rows], return_inverse=True)
         comp, comm = synthetic_capacity(uniq, seed)
         if capacity is not None:
