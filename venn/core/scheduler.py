@@ -234,8 +234,12 @@ class Scheduler:
         self.supply.observe(slot, now)
         if device_id is not None and self.track_devices and device_id in self.active_devices:
             return None
-        table = self.table(now)
         sig = int(self.index.signature_of_slot[slot])
+        if sig >= self._table.counts.shape[0]:
+            # A signature first seen after the last compile (the pipeline meets device
+            # attribute sets as they come): the plan must include it.
+            self._mark(replan=True)
+        table = self.table(now)
         idx = table.pick(sig, tier if self.tiers else 0, u)
         if idx < 0:
             return None
