@@ -1,0 +1,431 @@
+"""The scheduler worker (a real Faust process) against the session's Tansu broker.
+
+Topics are shared with every other test of the run, so each test uses its own job and
+device ids and its own requirement attribute (`cpu_<token>`): jobs of other tests can
+never take these devices, nor these jobs theirs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import Popen
+from typing import Any
+
+import msgspec
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from services.scheduler.process import kill_worker, prepare_topics, start_worker, stop_worker
+from venn import events as ev
+from venn.broker import topics
+from venn.broker.embedded import free_port
+from venn.broker.topics import topic_partitions
+from venn.settings import Settings
+
+MAX_EVENT_BYTES = 4096
+READY_TIMEOUT = 90.0  # a restart after SIGKILL waits for the dead member's session to expire
+
+
+@dataclass
+class Bus:
+    """Producer plus a background tap on venn.assignments and venn.dead-letters."""
+
+    bootstrap: str
+    partitions: int
+    producer: AIOKafkaProducer = field(init=False)
+    consumer: AIOKafkaConsumer = field(init=False)
+    assignments: list[tuple[bytes | None, ev.Assignment]] = field(default_factory=list)
+    dead: dict[str, ev.DeadLetter] = field(default_factory=dict)
+    _task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap)
+        self.consumer = AIOKafkaConsumer(
+            topics.ASSIGNMENTS,
+            topics.DEAD_LETTERS,
+            bootstrap_servers=self.bootstrap,
+            group_id=None,
+            auto_offset_reset="earliest",
+        )
+        await self.producer.start()
+        await self.consumer.start()
+        self._task = asyncio.create_task(self._tap())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.consumer.stop()
+        await self.producer.stop()
+
+    async def _tap(self) -> None:
+        while True:
+            batches = await self.consumer.getmany(timeout_ms=200)
+            for tp, messages in batches.items():
+                for m in messages:
+                    try:
+                        event = ev.decode(m.value, ev.ALLOWED_ON[tp.topic])
+                    except ev.InvalidEvent:
+                        continue  # another test's garbage
+                    if isinstance(event, ev.Assignment):
+                        self.assignments.append((m.key, event))
+                    elif isinstance(event, ev.DeadLetter):
+                        self.dead[event.event_id] = event
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | ev.Event,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> Any:
+        if isinstance(value, ev.Event):
+            key = key if key is not None else ev.key_of(value)
+            value = ev.encode(value)
+        return await self.producer.send_and_wait(topic, value, key=key, partition=partition)
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s")
+            await asyncio.sleep(0.05)
+
+    async def dead_letter_of(self, topic: str, meta: Any, timeout: float = 20.0) -> ev.DeadLetter:
+        letter_id = f"dead:{topic}:{meta.partition}:{meta.offset}"
+        await self.wait_for(lambda: letter_id in self.dead, timeout)
+        return self.dead[letter_id]
+
+    async def barrier(self, topic: str, timeout: float = 20.0) -> None:
+        """Returns once the worker has processed everything sent to `topic` before."""
+        metas = [
+            await self.send(topic, b"\x00barrier " + uuid.uuid4().bytes, partition=p)
+            for p in range(self.partitions)
+        ]
+        for meta in metas:
+            await self.dead_letter_of(topic, meta, timeout)
+
+    def assigned(self, job_ids: set[str]) -> list[ev.Assignment]:
+        return [a for _, a in self.assignments if a.job_id in job_ids]
+
+
+@dataclass
+class Worker:
+    env: dict[str, str]
+    log_path: Path
+    proc: Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.env["VENN_SCHEDULER_WEB_PORT"] = str(free_port())
+        with open(self.log_path, "ab") as log:
+            self.proc = start_worker(self.env, log)
+
+    def metric(self, name: str, topic: str) -> float:
+        url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/metrics"
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        needle = f'{name}{{topic="{topic}"}} '
+        for line in text.splitlines():
+            if line.startswith(needle):
+                return float(line[len(needle) :])
+        return 0.0
+
+
+async def _partitions(bootstrap: str, default: int) -> int:
+    """Use the partition count of the run's existing Venn topics, if any."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return (await topic_partitions(admin)).get(topics.JOBS, default)
+    finally:
+        await admin.close()
+
+
+@pytest.fixture(scope="module")
+async def stack(broker: str, run_dir: Path) -> AsyncIterator[tuple[Bus, Worker]]:
+    partitions = await _partitions(broker, 4)
+    app_id = f"venn-scheduler-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(broker=broker, app_id=app_id, topic_partitions=partitions)
+    await prepare_topics(settings)
+    env = {
+        "VENN_BROKER": broker,
+        "VENN_APP_ID": app_id,
+        "VENN_TOPIC_PARTITIONS": str(partitions),
+        "VENN_RUN_DIR": str(run_dir),
+        "VENN_MAX_EVENT_BYTES": str(MAX_EVENT_BYTES),
+        "VENN_POLICY": "venn",
+    }
+    worker = Worker(env, run_dir / f"{app_id}.log")
+    bus = Bus(broker, partitions)
+    await bus.start()
+    worker.start()
+    try:
+        await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
+        yield bus, worker
+    finally:
+        if worker.proc is not None:
+            stop_worker(worker.proc, timeout=10)
+        await bus.stop()
+
+
+def job(job_id: str, attr: str, minimum: float, demand: int = 3) -> ev.JobRegistered:
+    return ev.JobRegistered(
+        event_id=f"reg-{job_id}",
+        time=time.time(),
+        job_id=job_id,
+        requirement={attr: minimum},
+        demand=demand,
+        rounds=5,
+        deadline_s=60,
+        workload_s=5,
+    )
+
+
+def round_request(job_id: str, round_index: int, demand: int) -> ev.RoundRequested:
+    return ev.RoundRequested(
+        event_id=f"rr-{job_id}-{round_index}",
+        time=time.time(),
+        job_id=job_id,
+        round_index=round_index,
+        demand=demand,
+    )
+
+
+def checkin(device_id: str, attrs: dict[str, float]) -> ev.DeviceCheckin:
+    return ev.DeviceCheckin(
+        event_id=f"ci-{uuid.uuid4().hex}",
+        time=time.time(),
+        device_id=device_id,
+        attrs=attrs,
+        speed_ms_per_sample=60.0,
+        bandwidth_kbps=12000.0,
+    )
+
+
+def result(job_id: str, round_index: int, device_id: str) -> ev.DeviceResult:
+    return ev.DeviceResult(
+        event_id=f"res-{uuid.uuid4().hex}",
+        time=time.time(),
+        job_id=job_id,
+        round_index=round_index,
+        device_id=device_id,
+        ok=True,
+        response_time_s=3.0,
+    )
+
+
+def finished(job_id: str) -> ev.JobFinished:
+    now = time.time()
+    return ev.JobFinished(
+        event_id=f"fin-{job_id}",
+        time=now,
+        job_id=job_id,
+        rounds_completed=0,
+        arrival=now,
+        finished_at=now,
+        jct_s=0.0,
+    )
+
+
+async def checkins(bus: Bus, devices: list[str], attrs: dict[str, float]) -> None:
+    for device in devices:
+        await bus.send(topics.CHECKINS, checkin(device, attrs))
+    await bus.barrier(topics.CHECKINS)
+
+
+async def test_happy_path(stack: tuple[Bus, Worker]) -> None:
+    bus, _ = stack
+    tok = uuid.uuid4().hex[:8]
+    attr = f"cpu_{tok}"
+    low, high = f"low-{tok}", f"high-{tok}"  # low: attr >= 1, high: attr >= 7
+    for event in (job(low, attr, 1), job(high, attr, 7)):
+        await bus.send(topics.JOBS, event)
+    for job_id in (low, high):
+        await bus.send(topics.JOBS, round_request(job_id, 0, 3))
+    await bus.send(topics.JOBS, round_request(high, 0, 3))  # a replay: ignored
+    await bus.barrier(topics.JOBS)
+    mine = {low, high}
+
+    # Devices eligible only for `low`: the first one twice while it is active.
+    await checkins(bus, [f"mid0-{tok}"], {attr: 3})
+    await bus.wait_for(lambda: len(bus.assigned(mine)) == 1)
+    await checkins(bus, [f"mid0-{tok}"], {attr: 3})
+    # Ineligible devices: too weak, or not reporting the attribute at all.
+    await checkins(bus, [f"weak{i}-{tok}" for i in range(3)], {attr: 0.5})
+    await checkins(bus, [f"none{i}-{tok}" for i in range(2)], {"cpu_f": 9})
+    assert len(bus.assigned(mine)) == 1, "an active or ineligible device got an assignment"
+
+    # Its result releases it: the same device may be assigned again.
+    await bus.send(topics.RESULTS, result(low, 0, f"mid0-{tok}"))
+    await bus.barrier(topics.RESULTS)
+    await checkins(bus, [f"mid0-{tok}"], {attr: 3})
+    await bus.wait_for(lambda: len(bus.assigned(mine)) == 2)
+    await checkins(bus, [f"mid{i}-{tok}" for i in (1, 2, 3)], {attr: 3})
+    await bus.wait_for(lambda: len(bus.assigned(mine)) == 3)
+    await checkins(bus, [f"top{i}-{tok}" for i in range(5)], {attr: 8})
+    await bus.wait_for(lambda: len(bus.assigned(mine)) == 6)
+    await asyncio.sleep(0.5)  # anything beyond the demand would show up now
+
+    got = bus.assigned(mine)
+    by_job = {j: [a for a in got if a.job_id == j] for j in mine}
+    assert {j: len(a) for j, a in by_job.items()} == {low: 3, high: 3}
+    assert all(a.device_id.startswith(("mid", "top")) for a in by_job[low])
+    assert all(a.device_id.startswith("top") for a in by_job[high])
+    assert sorted(a.device_id for a in by_job[low])[:2] == [f"mid0-{tok}", f"mid0-{tok}"]
+    assert len({a.device_id for a in by_job[high]}) == 3
+    for key, a in bus.assignments:
+        if a.job_id in mine:
+            assert key == a.job_id.encode()
+            assert a.task_url.endswith(f"/jobs/{a.job_id}/rounds/0/task")
+            assert a.speed_ms_per_sample == 60.0
+    for job_id in mine:
+        await bus.send(topics.ROUNDS, finished(job_id))
+
+
+def _raw(event: ev.Event, **changes: Any) -> bytes:
+    data = msgspec.json.decode(ev.encode(event))
+    for name, value in changes.items():
+        if value is ...:
+            del data[name]
+        else:
+            data[name] = value
+    return msgspec.json.encode(data)
+
+
+def _oversized(event: ev.Event) -> bytes:
+    raw = ev.encode(event)
+    return raw[:-1] + b', "pad": "' + b"x" * MAX_EVENT_BYTES + b'"}'
+
+
+def bad_inputs(tok: str) -> dict[str, list[tuple[bytes, str]]]:
+    """topic -> [(message value, expected fragment of the dead letter's reason)]."""
+    ghost = f"ghost-{tok}"
+    rc = ev.RoundClosed(
+        event_id=f"rc-{tok}",
+        time=1.0,
+        job_id=ghost,
+        round_index=0,
+        outcome="succeeded",
+        demand=3,
+        assigned=3,
+        results=3,
+        opened_at=0.0,
+        closed_at=1.0,
+        reason="enough results",
+        sched_delay_s=0.5,
+        response_time_s=0.5,
+    )
+    rr, res = round_request(ghost, 0, 3), result(ghost, 0, f"dev-{tok}")
+    ci = checkin(f"dev-{tok}", {"cpu_f": 1})
+    garbage = b"\xff\xfe not json " + tok.encode()
+    return {
+        topics.JOBS: [
+            (garbage, "not_json"),
+            (_raw(rr, demand="three"), "wrong_type"),
+            (_raw(rr, job_id=...), "missing_field"),
+            (ev.encode(rr), "unknown job"),
+            (_oversized(rr), "oversized"),
+        ],
+        topics.ROUNDS: [
+            (garbage, "not_json"),
+            (_raw(rc, round_index="x"), "wrong_type"),
+            (_raw(rc, outcome=...), "missing_field"),
+            (ev.encode(rc), "unknown job"),
+            (_oversized(rc), "oversized"),
+        ],
+        topics.RESULTS: [
+            (garbage, "not_json"),
+            (_raw(res, ok="yes"), "wrong_type"),
+            (_raw(res, device_id=...), "missing_field"),
+            (ev.encode(res), "unknown job"),
+            (_oversized(res), "oversized"),
+        ],
+        topics.CHECKINS: [
+            (garbage, "not_json"),
+            (_raw(ci, attrs="fast"), "wrong_type"),
+            (_raw(ci, device_id=...), "missing_field"),
+            (ev.encode(job(ghost, "cpu_f", 1)), "not_allowed"),  # no job on this topic
+            (_raw(ci, type="device_reboot"), "unknown_type"),
+            (_oversized(ci), "oversized"),
+        ],
+    }
+
+
+async def test_bad_input_goes_to_dead_letters(stack: tuple[Bus, Worker]) -> None:
+    bus, _ = stack
+    tok = uuid.uuid4().hex[:8]
+    sent = []
+    for topic, cases in bad_inputs(tok).items():
+        for value, fragment in cases:
+            meta = await bus.send(topic, value, key=f"k-{tok}".encode())
+            sent.append((topic, meta, value, fragment))
+    for topic, meta, value, fragment in sent:
+        letter = await bus.dead_letter_of(topic, meta)
+        assert fragment in letter.reason, (topic, letter.reason)
+        assert topic in letter.reason
+        assert letter.source_topic == topic
+        assert letter.original_bytes() == value
+
+    # The worker is still alive and processing valid input.
+    attr, job_id = f"cpu_{tok}", f"after-{tok}"
+    await bus.send(topics.JOBS, job(job_id, attr, 1, demand=1))
+    await bus.send(topics.JOBS, round_request(job_id, 0, 1))
+    await bus.barrier(topics.JOBS)
+    await checkins(bus, [f"ok-{tok}"], {attr: 2})
+    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 1)
+    await bus.send(topics.ROUNDS, finished(job_id))
+
+
+async def test_restart_recovers_demand(stack: tuple[Bus, Worker]) -> None:
+    bus, worker = stack
+    assert worker.proc is not None
+    tok = uuid.uuid4().hex[:8]
+    attr = f"cpu_{tok}"
+    full, partial = f"full-{tok}", f"partial-{tok}"
+    await bus.send(topics.JOBS, job(full, attr, 1, demand=3))
+    await bus.send(topics.JOBS, job(partial, attr, 5, demand=4))
+    await bus.send(topics.JOBS, round_request(full, 0, 3))
+    await bus.send(topics.JOBS, round_request(partial, 0, 4))
+    await bus.barrier(topics.JOBS)
+    mine = {full, partial}
+    read_back = worker.metric("venn_scheduler_events_total", topics.ASSIGNMENTS)
+
+    await checkins(bus, [f"a{i}-{tok}" for i in range(3)], {attr: 2})  # only `full`
+    await checkins(bus, [f"b{i}-{tok}" for i in range(2)], {attr: 6})
+    await bus.wait_for(lambda: len(bus.assigned(mine)) == 5)
+    assert len(bus.assigned({full})) == 3
+    # The tables are written when the worker reads its assignments back.
+    await bus.wait_for(
+        lambda: worker.metric("venn_scheduler_events_total", topics.ASSIGNMENTS) >= read_back + 5
+    )
+    await asyncio.sleep(1.0)  # let the producer flush the changelog records
+
+    kill_worker(worker.proc)
+    started = time.monotonic()
+    worker.start()
+    await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
+    await bus.barrier(topics.JOBS, READY_TIMEOUT)
+    recovery_s = time.monotonic() - started
+
+    # Old devices are still active; fresh ones fill exactly the remainder of `partial`.
+    await checkins(bus, [f"a{i}-{tok}" for i in range(3)], {attr: 2})
+    await checkins(bus, [f"b{i}-{tok}" for i in range(2)], {attr: 6})
+    await checkins(bus, [f"c{i}-{tok}" for i in range(5)], {attr: 9})
+    await bus.wait_for(lambda: len(bus.assigned(mine)) >= 7)
+    await asyncio.sleep(1.0)
+    got = bus.assigned(mine)
+    counts = {j: len({a.event_id for a in got if a.job_id == j}) for j in mine}
+    assert counts == {full: 3, partial: 4}, counts
+    late = [a.device_id for a in got if a.job_id == partial][2:]
+    assert all(d.startswith("c") for d in late), late
+    print(f"recovery after SIGKILL: {recovery_s:.1f}s")
+    for job_id in mine:
+        await bus.send(topics.ROUNDS, finished(job_id))
