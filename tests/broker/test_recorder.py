@@ -1,0 +1,213 @@
+"""The recorder in-process against the real broker and real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from services.recorder import RecorderStats, RecorderTopics, run_recorder
+from venn.audit import make_engine
+from venn.broker.topics import delete_topics, ensure_topics
+from venn.events import (
+    DeadLetter,
+    DeviceCheckin,
+    Event,
+    JobFinished,
+    JobRegistered,
+    RoundClosed,
+    RoundRequested,
+    decode,
+    encode,
+)
+from venn.settings import Settings
+
+MAX_BYTES = 4096
+
+
+def closed(job: str, index: int, outcome: str = "succeeded") -> RoundClosed:
+    return RoundClosed(
+        event_id=f"{job}-r{index}-closed",
+        time=10.0 + index,
+        job_id=job,
+        round_index=index,
+        outcome=outcome,  # type: ignore[arg-type]
+        demand=4,
+        assigned=4,
+        results=4 if outcome == "succeeded" else 1,
+        opened_at=float(index),
+        closed_at=10.0 + index,
+        reason="" if outcome == "succeeded" else "deadline: 1 of 4 results",
+        sched_delay_s=0.25,
+        response_time_s=9.75,
+    )
+
+
+async def publish(broker: str, messages: list[tuple[str, bytes | None, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=broker)
+    await producer.start()
+    try:
+        for topic, key, value in messages:
+            await producer.send(topic, value, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.1)
+
+
+async def read_all(broker: str, topic: str, expected: int, timeout: float = 20.0) -> list[bytes]:
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=broker, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(values) < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            values += [r.value for recs in batch.values() for r in recs if r.value is not None]
+        # a little longer, to catch unexpected extra messages
+        batch = await consumer.getmany(timeout_ms=500)
+        values += [r.value for recs in batch.values() for r in recs if r.value is not None]
+    finally:
+        await consumer.stop()
+    return values
+
+
+async def test_recorder_writes_idempotently_and_dead_letters_bad_input(
+    broker: str, pg_url: str, unique: str
+) -> None:
+    names = RecorderTopics(
+        rounds=f"{unique}.venn.rounds",
+        jobs=f"{unique}.venn.jobs",
+        dead_letters=f"{unique}.venn.dead-letters",
+    )
+    settings = Settings(
+        broker=broker, database_url=pg_url, topic_partitions=2, max_event_bytes=MAX_BYTES
+    )
+    await ensure_topics(broker, 2, names=[names.rounds, names.jobs, names.dead_letters])
+    job = f"job-{unique}"
+    other = f"other-{unique}"
+    k = job.encode()
+    registered = JobRegistered(
+        event_id=f"{job}-reg", time=1.0, job_id=job, requirement={"ram": 2.0},
+        demand=4, rounds=2, deadline_s=30, workload_s=5,
+    )  # fmt: skip
+    finished = JobFinished(
+        event_id=f"{job}-done", time=13.0, job_id=job, rounds_completed=2,
+        arrival=1.0, finished_at=13.0, jct_s=12.0,
+    )  # fmt: skip
+    wrong_typed = json.loads(encode(closed(job, 7)))
+    wrong_typed["round_index"] = "seven"
+    oversized = json.loads(encode(closed(job, 8)))
+    oversized["reason"] = "x" * MAX_BYTES
+    checkin = DeviceCheckin(
+        event_id="c1", time=1.0, device_id="d1", attrs={}, speed_ms_per_sample=1, bandwidth_kbps=1
+    )
+    bad: list[tuple[str, bytes, str]] = [
+        (names.rounds, b"\x00\xff garbage \x13", "not_json"),
+        (names.rounds, json.dumps(wrong_typed).encode(), "wrong_type"),
+        (names.rounds, json.dumps(oversized).encode(), "oversized"),
+        (names.jobs, encode(checkin), "not_allowed"),
+    ]
+    valid_before: list[tuple[str, Event]] = [
+        (names.jobs, registered),
+        (names.rounds, closed(job, 0)),
+        (names.rounds, closed(job, 0)),  # replayed duplicate
+        (names.rounds, closed(job, 1, "failed")),  # attempt 1 failed ...
+    ]
+    valid_after: list[tuple[str, Event]] = [
+        (names.rounds, closed(job, 2)),  # ... attempt 2 is its retry
+        (names.rounds, finished),
+        (names.jobs, RoundRequested(event_id="rr", time=2.0, job_id=job, round_index=3, demand=4)),
+        (names.rounds, closed(other, 0)),
+    ]
+    messages = [(t, k, encode(e)) for t, e in valid_before]
+    messages += [(t, k, raw) for t, raw, _ in bad]
+    messages += [(t, e.job_id.encode(), encode(e)) for t, e in valid_after]  # type: ignore[attr-defined]
+
+    stop = asyncio.Event()
+    stats = RecorderStats()
+    await publish(broker, messages)
+    task = asyncio.create_task(
+        run_recorder(settings, stop, names=names, group_id=f"rec-{unique}", stats=stats)
+    )
+    engine = make_engine(pg_url)
+    try:
+        await wait_for(lambda: stats.records >= len(messages) or task.done())
+        stop.set()
+        first = await asyncio.wait_for(task, 30)
+        assert first.records == len(messages)
+        assert first.dead_letters == len(bad)
+        assert first.rounds_added == 4  # job r0, r1, r2 and other r0
+        assert first.ignored == 1  # round_requested is not audited
+
+        with engine.connect() as conn:
+            rounds = conn.execute(
+                sa.text(
+                    "SELECT job_id, round_index, outcome, results, reason FROM round_audit "
+                    "WHERE job_id IN (:a, :b) ORDER BY job_id, round_index"
+                ),
+                {"a": job, "b": other},
+            ).all()
+            jobs = conn.execute(
+                sa.text(
+                    "SELECT registered_at, demand, rounds, finished_at, rounds_completed, jct_s "
+                    "FROM job_audit WHERE job_id = :j"
+                ),
+                {"j": job},
+            ).all()
+        assert [tuple(r) for r in rounds] == [
+            (job, 0, "succeeded", 4, ""),
+            (job, 1, "failed", 1, "deadline: 1 of 4 results"),
+            (job, 2, "succeeded", 4, ""),
+            (other, 0, "succeeded", 4, ""),
+        ]
+        assert [tuple(r) for r in jobs] == [(1.0, 4, 2, 13.0, 2, 12.0)]
+
+        letters = [decode(v, (DeadLetter,)) for v in await read_all(broker, names.dead_letters, 4)]
+        assert len(letters) == len(bad)
+        by_original = {dl.original_bytes(): dl for dl in letters}  # type: ignore[attr-defined]
+        for topic, raw, kind in bad:
+            dl = by_original[raw]
+            assert dl.source_topic == topic
+            assert dl.reason.startswith(f"{kind}: ")
+        assert "round_index" in by_original[bad[1][1]].reason
+        assert "4096" in by_original[bad[2][1]].reason
+        assert "device_checkin" in by_original[bad[3][1]].reason
+
+        # Restart with the same group: committed offsets hold, and a full replay of every
+        # valid event changes nothing.
+        replay = [(t, k, encode(e)) for t, e in [*valid_before, *valid_after]]
+        await publish(broker, replay)
+        stop2 = asyncio.Event()
+        stats2 = RecorderStats()
+        task2 = asyncio.create_task(
+            run_recorder(settings, stop2, names=names, group_id=f"rec-{unique}", stats=stats2)
+        )
+        await wait_for(lambda: stats2.records >= len(replay) or task2.done())
+        await asyncio.sleep(1.0)  # would any old message be re-read?
+        stop2.set()
+        second = await asyncio.wait_for(task2, 30)
+        assert second.records == len(replay)
+        assert (second.rounds_added, second.dead_letters) == (0, 0)
+        with engine.connect() as conn:
+            count = conn.execute(
+                sa.text("SELECT count(*) FROM round_audit WHERE job_id IN (:a, :b)"),
+                {"a": job, "b": other},
+            ).scalar_one()
+        assert count == 4
+    finally:
+        stop.set()
+        engine.dispose()
+        await delete_topics(broker, [names.rounds, names.jobs, names.dead_letters])
