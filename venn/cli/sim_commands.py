@@ -2,9 +2,79 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from venn.core.registry import POLICIES
+from venn.sim.runner import SimRequest, simulate
+
+console = Console()
+
+
+def sim(
+    workload: Annotated[
+        str, typer.Option(help="even|small|large|low|high or a YAML path")
+    ] = "even",
+    policy: Annotated[str, typer.Option(help=f"one of: {', '.join(POLICIES)}")] = "venn",
+    jobs: Annotated[int, typer.Option(min=1, help="jobs drawn from the workload")] = 50,
+    seed: Annotated[int | None, typer.Option(help="overrides the workload's RANDOMSEED")] = None,
+    trace: Annotated[str, typer.Option(help="'synthetic' or a FedScale CSV path")] = "synthetic",
+    mode: Annotated[str, typer.Option(help="fast (numpy batches) or event (reference)")] = "fast",
+    tiers: Annotated[int, typer.Option(min=2, max=4, help="capacity tiers V")] = 3,
+    eps: Annotated[float, typer.Option(min=0.0, help="fairness knob epsilon")] = 0.0,
+    isolated: Annotated[bool, typer.Option(help="also run every job alone")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Simulate a workload on a device trace under one policy."""
+    if policy not in POLICIES:
+        raise typer.BadParameter(f"unknown policy {policy!r}", param_hint="--policy")
+    if mode not in ("fast", "event"):
+        raise typer.BadParameter("mode must be fast or event", param_hint="--mode")
+    req = SimRequest(workload, policy, jobs, seed, trace, mode, tiers, eps, isolated)  # type: ignore[arg-type]
+    result = simulate(req)
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(
+        title=f"{result['workload']} / {policy} ({result['jobs_finished']} of "
+        f"{result['jobs_total']} jobs finished)"
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        if isinstance(value, float):
+            table.add_row(key, f"{value:,.1f}")
+        elif isinstance(value, dict):
+            inner = ", ".join(
+                f"{k}={v:,.0f}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
+            )
+            table.add_row(key, inner)
+        else:
+            table.add_row(key, str(value))
+    console.print(table)
+
+
+def reproduce(
+    workloads: Annotated[list[str] | None, typer.Option(help="subset of Table 1 workloads")] = None,
+    jobs: Annotated[int, typer.Option(min=1)] = 50,
+    processes: Annotated[int, typer.Option(min=1)] = 2,
+    out: Annotated[Path, typer.Option(help="where the report and plots go")] = Path("docs"),
+    rounds_scale: Annotated[
+        float, typer.Option(help="scale every job's rounds (quick runs)")
+    ] = 1.0,
+) -> None:
+    """All policies over the Table 1 workloads: speed-ups vs the paper, report and plots."""
+    from venn.sim.reproduce import run_reproduction
+
+    run_reproduction(workloads, jobs, processes, out, rounds_scale, console)
 
 
 def register(app: typer.Typer) -> None:
     """Attach the simulator commands to the CLI."""
-    _ = app
+    app.command()(sim)
+    app.command()(reproduce)

@@ -57,10 +57,13 @@ class TierModel:
 class TailTracker:
     """95th-percentile response time per tier and for the fleet, from closed rounds."""
 
+    MIN_SAMPLES = 20
+
     def __init__(self, num_tiers: int, window: int = 2000) -> None:
         self.num_tiers = num_tiers
         self.window = window
-        self._samples: list[list[float]] = [[] for _ in range(num_tiers)]
+        self._samples: list[np.ndarray] = [np.empty(0) for _ in range(num_tiers)]
+        self._ratios: list[float | None] | None = None
 
     def record(
         self, tiers: Sequence[int] | np.ndarray, seconds: Sequence[float] | np.ndarray
@@ -68,22 +71,32 @@ class TailTracker:
         """Add response times of one round (tier of each responding device)."""
         tiers_a = np.asarray(tiers, dtype=np.int64)
         secs = np.asarray(seconds, dtype=np.float64)
+        if len(secs) == 0:
+            return
         for u in range(self.num_tiers):
             picked = secs[tiers_a == u]
             if len(picked):
-                bucket = self._samples[u]
-                bucket.extend(picked.tolist())
-                if len(bucket) > self.window:
-                    del bucket[: len(bucket) - self.window]
+                self._samples[u] = np.concatenate([self._samples[u], picked])[-self.window :]
+        self._ratios = None
+
+    def _compute(self) -> list[float | None]:
+        every = np.concatenate(self._samples)
+        fleet = float(np.percentile(every, 95)) if len(every) else 0.0
+        out: list[float | None] = []
+        for own in self._samples:
+            if len(own) >= self.MIN_SAMPLES and fleet > 0:
+                out.append(float(np.percentile(own, 95)) / fleet)
+            else:
+                out.append(None)
+        return out
 
     def tail_ratio(self, tier: int, prior: Sequence[float] | None = None) -> float:
         """g_u; falls back to the prior (or 1.0, which never restricts) without data."""
-        own = self._samples[tier]
-        every = [x for bucket in self._samples for x in bucket]
-        if len(own) >= 20 and every:
-            fleet = float(np.percentile(every, 95))
-            if fleet > 0:
-                return float(np.percentile(own, 95)) / fleet
+        if self._ratios is None:
+            self._ratios = self._compute()
+        own = self._ratios[tier]
+        if own is not None:
+            return own
         return float(prior[tier]) if prior is not None else 1.0
 
 

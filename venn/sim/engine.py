@@ -281,8 +281,11 @@ class Simulation:
         jobs = picks[valid]
         order = np.argsort(jobs, kind="stable")
         sorted_jobs = jobs[order]
-        starts = np.flatnonzero(np.r_[True, sorted_jobs[1:] != sorted_jobs[:-1]])
-        group_start = np.repeat(starts, np.diff(np.r_[starts, len(sorted_jobs)]))
+        change = np.empty(len(sorted_jobs), dtype=bool)
+        change[0] = True
+        np.not_equal(sorted_jobs[1:], sorted_jobs[:-1], out=change[1:])
+        starts = np.flatnonzero(change)
+        group_start = np.repeat(starts, np.diff(np.append(starts, len(sorted_jobs))))
         rank = np.arange(len(sorted_jobs)) - group_start + 1
         hit = rank >= budget[sorted_jobs]
         if not hit.any():

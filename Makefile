@@ -1,0 +1,31 @@
+# The two commands of the README: `make demo` and `make test`. Both create the
+# environment (.venv) on first use.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/venn demo
+
+test: $(STAMP)
+	scripts/ensure-postgres.sh
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy venn
+
+bench: $(STAMP)
+	$(VENV)/bin/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) run

@@ -1,0 +1,3 @@
+from venn.cli import main
+
+main()

@@ -1,0 +1,106 @@
+"""Turn a simulation run into the figures the paper reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from venn.sim.engine import SimRun
+from venn.sim.rounds import JobRecord
+from venn.workloads import TIER_NAMES
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def round_delays(rec: JobRecord) -> tuple[list[float], list[float]]:
+    """Per closed round: scheduling delay (request -> D devices, or -> close if never
+    filled) and response collection time (fill -> close; 0 if never filled)."""
+    sched, resp = [], []
+    for r in rec.rounds:
+        if r.closed_at is None:
+            continue
+        filled = r.filled_at if r.filled_at is not None and r.filled_at <= r.closed_at else None
+        sched.append((filled if filled is not None else r.closed_at) - r.requested_at)
+        resp.append(r.closed_at - filled if filled is not None else 0.0)
+    return sched, resp
+
+
+def concurrency(jobs: list[JobRecord], end: float) -> dict[str, int]:
+    """For each job, how many jobs (itself included) overlapped its lifetime."""
+    spans = {j.spec.job_id: (j.spec.arrival, j.finished_at or end) for j in jobs}
+    out = {}
+    for job_id, (a, b) in spans.items():
+        out[job_id] = sum(1 for (c, d) in spans.values() if c < b and a < d)
+    return out
+
+
+def summarise(
+    run: SimRun, isolated: dict[str, float] | None = None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON object ``venn sim --json`` prints."""
+    jobs = run.jobs
+    finished = [j for j in jobs if j.jct is not None]
+    jcts = [float(j.jct) for j in finished if j.jct is not None]
+    sched_all: list[float] = []
+    resp_all: list[float] = []
+    wasted = stragglers = failed_rounds = 0
+    for j in jobs:
+        s, r = round_delays(j)
+        sched_all += s
+        resp_all += r
+        for rr in j.rounds:
+            stragglers += rr.stragglers
+            if rr.closed_at is not None and not rr.succeeded:
+                failed_rounds += 1
+                wasted += rr.results
+    per_tier: dict[str, float | None] = {}
+    for tier in sorted({j.spec.tier for j in jobs}):
+        vals = [float(j.jct) for j in finished if j.spec.tier == tier and j.jct is not None]
+        per_tier[TIER_NAMES.get(tier, str(tier))] = _mean(vals)
+    sizes = [j.spec.demand * j.spec.rounds for j in jobs]
+    median = float(np.median(sizes)) if sizes else 0.0
+    per_size = {
+        "small": _mean([float(j.jct) for j in finished if j.spec.demand * j.spec.rounds <= median]),
+        "large": _mean([float(j.jct) for j in finished if j.spec.demand * j.spec.rounds > median]),
+    }
+    out: dict[str, Any] = {
+        "policy": run.config.policy,
+        "seed": run.config.seed,
+        "mode": run.config.mode,
+        "jobs_total": len(jobs),
+        "jobs_finished": len(finished),
+        "avg_jct_s": _mean(jcts),
+        "makespan_s": (
+            max(j.finished_at for j in finished if j.finished_at is not None)
+            - min(j.spec.arrival for j in jobs)
+            if finished
+            else None
+        ),
+        "avg_sched_delay_s": _mean(sched_all),
+        "avg_response_s": _mean(resp_all),
+        "rounds_closed": len(sched_all),
+        "rounds_failed": failed_rounds,
+        "wasted_responses": wasted,
+        "straggler_responses": stragglers,
+        "checkins": run.checkins,
+        "assignments": run.assignments,
+        "plan_recomputes": run.replans,
+        "per_tier": per_tier,
+        "per_size": per_size,
+    }
+    if isolated is not None:
+        iso = [isolated[j.spec.job_id] for j in jobs if j.spec.job_id in isolated]
+        out["isolated_avg_jct_s"] = _mean(iso)
+        conc = concurrency(jobs, run.end_time)
+        fair = [
+            j.jct <= conc[j.spec.job_id] * isolated[j.spec.job_id]
+            for j in finished
+            if j.jct is not None and j.spec.job_id in isolated
+        ]
+        out["fair_share_ratio"] = float(np.mean(fair)) if fair else None
+    if extra:
+        out.update(extra)
+    return out
