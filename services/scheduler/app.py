@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 TABLES = ("jobs", "devices")
 QUIET_LOGGERS = ("faust", "mode", "aiokafka")
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4"
 
 Handler = Callable[[ev.Event, int, float], Any]
 
@@ -182,7 +183,8 @@ def create_app(
     @app.page("/metrics")
     class Metrics(View):
         async def get(self, request: Request) -> Response:
-            return self.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+            # aiohttp refuses a charset inside content_type; the exposition is ASCII anyway.
+            return self.bytes(generate_latest(), content_type=METRICS_CONTENT_TYPE)
 
     @app.task
     async def _quiet() -> None:
