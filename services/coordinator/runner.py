@@ -1,0 +1,212 @@
+"""Coordinators for many jobs on one VennClient: each job registers at its arrival, then
+runs its rounds (request, collect, close at 80% of D or at the deadline) until done.
+
+Times reported in RoundClosed/JobFinished are trace seconds of the shared TraceClock, so
+JCTs are directly comparable with the simulator's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from services.coordinator.ledger import RoundLedger
+from venn.core.model import JobSpec
+from venn.events import RoundClosed
+from venn.sdk import TraceClock, VennClient
+from venn.settings import Settings
+
+log = logging.getLogger("venn.coordinator")
+
+POLL_S = 0.25
+"""How often a waiting job looks at the stop signal (wall seconds)."""
+
+
+@dataclass
+class JobProgress:
+    """Live state of one job, handed to ``on_progress`` after every change."""
+
+    job_id: str
+    rounds: int
+    demand: int
+    state: str = "waiting"  # waiting | running | finished | cancelled
+    rounds_done: int = 0
+    attempt: int = 0
+    assigned: int = 0
+    results: int = 0
+    assignments_total: int = 0
+    jct_s: float | None = None
+
+
+@dataclass
+class JobOutcome:
+    """What a job went through, for reports and the policy-fidelity comparison."""
+
+    spec: JobSpec
+    finished: bool = False
+    arrival: float = 0.0
+    finished_at: float | None = None
+    jct_s: float | None = None
+    closed: list[RoundClosed] = field(default_factory=list)
+    extra_assignments: int = 0
+
+    @property
+    def attempts(self) -> int:
+        return len(self.closed)
+
+
+ProgressCallback = Callable[[JobProgress], None]
+
+
+def compress_arrivals(jobs: Sequence[JobSpec], scale: float, first: float = 0.0) -> list[JobSpec]:
+    """Jobs with arrivals moved so the first comes at ``first`` and gaps are ``scale`` x."""
+    if not jobs:
+        return []
+    base = min(j.arrival for j in jobs)
+    return [replace(j, arrival=first + (j.arrival - base) * scale) for j in jobs]
+
+
+class JobCoordinator:
+    """Runs one job's lifecycle through a shared client."""
+
+    def __init__(
+        self,
+        client: VennClient,
+        spec: JobSpec,
+        clock: TraceClock,
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        self.client = client
+        self.spec = spec
+        self.clock = clock
+        self.on_progress = on_progress
+        self.progress = JobProgress(spec.job_id, spec.rounds, spec.demand)
+        self.outcome = JobOutcome(spec)
+        self.ledger: RoundLedger | None = None
+        self._changed = asyncio.Event()
+
+    def _report(self) -> None:
+        if self.ledger is not None:
+            self.progress.assigned = len(self.ledger.assigned)
+            self.progress.results = len(self.ledger.ok)
+        if self.on_progress is not None:
+            self.on_progress(self.progress)
+
+    async def _follow_assignments(self) -> None:
+        async for a in self.client.assignments(self.spec.job_id):
+            ledger = self.ledger
+            if ledger is not None and ledger.on_assignment(a, self.clock.now()):
+                self.progress.assignments_total += 1
+                self._report()
+
+    async def _follow_results(self) -> None:
+        async for r in self.client.results(self.spec.job_id):
+            ledger = self.ledger
+            if ledger is not None and ledger.on_result(r):
+                self._report()
+                if ledger.succeeded:
+                    self._changed.set()
+
+    async def _wait_round(self, ledger: RoundLedger, stop: asyncio.Event) -> None:
+        deadline = ledger.opened_at + self.spec.deadline
+        while not ledger.succeeded and not stop.is_set():
+            left = self.clock.wall_seconds(deadline - self.clock.now())
+            if left <= 0:
+                return
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(left, POLL_S))
+
+    async def run(self, stop: asyncio.Event) -> JobOutcome:
+        spec, client = self.spec, self.client
+        while not stop.is_set() and self.clock.now() < spec.arrival:
+            left = self.clock.wall_seconds(spec.arrival - self.clock.now())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), min(left, POLL_S))
+        if stop.is_set():
+            return self.outcome
+        self.outcome.arrival = self.clock.now()
+        await client.register_job(
+            spec.job_id,
+            spec.requirement.as_dict(),
+            spec.demand,
+            spec.rounds,
+            spec.deadline,
+            spec.workload_s,
+        )
+        self.progress.state = "running"
+        followers = [
+            asyncio.create_task(self._follow_assignments()),
+            asyncio.create_task(self._follow_results()),
+        ]
+        try:
+            await self._rounds(stop)
+        finally:
+            for task in followers:
+                task.cancel()
+            for task in followers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return self.outcome
+
+    async def _rounds(self, stop: asyncio.Event) -> None:
+        spec, client = self.spec, self.client
+        attempt = 0
+        while self.progress.rounds_done < spec.rounds:
+            ledger = RoundLedger(
+                spec.job_id, attempt, spec.demand, spec.results_needed, self.clock.now()
+            )
+            self.ledger = ledger
+            self.progress.attempt = attempt
+            self._report()
+            await client.request_round(spec.job_id, attempt, spec.demand)
+            await self._wait_round(ledger, stop)
+            if stop.is_set() and not ledger.succeeded:
+                await client.cancel_job(spec.job_id, "coordinator stopped")
+                self.progress.state = "cancelled"
+                self._report()
+                return
+            closed = await client.close_round(
+                spec.job_id, attempt, **ledger.closing(self.clock.now())
+            )
+            self.ledger = None
+            self.outcome.closed.append(closed)
+            self.outcome.extra_assignments += ledger.extra_assignments
+            if closed.outcome == "succeeded":
+                self.progress.rounds_done += 1
+            attempt += 1
+        finished_at = self.clock.now()
+        finished = await client.finish_job(
+            spec.job_id,
+            rounds_completed=self.progress.rounds_done,
+            arrival=self.outcome.arrival,
+            finished_at=finished_at,
+        )
+        self.outcome.finished = True
+        self.outcome.finished_at = finished_at
+        self.outcome.jct_s = finished.jct_s
+        self.progress.state = "finished"
+        self.progress.jct_s = finished.jct_s
+        self._report()
+
+
+async def run_coordinator(
+    settings: Settings,
+    jobs: Sequence[JobSpec],
+    speedup: float,
+    stop_event: asyncio.Event,
+    on_progress: ProgressCallback | None = None,
+    *,
+    clock: TraceClock | None = None,
+) -> dict[str, JobOutcome]:
+    """Coordinate ``jobs`` (arrivals in trace seconds of ``clock``) until all are finished
+    or ``stop_event`` is set (unfinished jobs are then cancelled). Returns outcomes by job id.
+    """
+    clock = clock or TraceClock(speedup=speedup)
+    async with VennClient(settings.broker, client_id="venn-coordinator") as client:
+        coordinators = [JobCoordinator(client, spec, clock, on_progress) for spec in jobs]
+        outcomes = await asyncio.gather(*(c.run(stop_event) for c in coordinators))
+    return {o.spec.job_id: o for o in outcomes}

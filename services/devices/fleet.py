@@ -1,0 +1,329 @@
+"""The device fleet emulator: replays a check-in trace on the wall clock and plays the
+devices' side of every assignment (train, upload, or drop out when the window ends).
+
+Check-ins due at the same tick are packed into one producer batch per partition
+(`create_batch`/`send_batch`), which is what keeps a dense trace at broker speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
+
+from venn import events
+from venn.broker import topics
+from venn.events import Assignment, DeviceCheckin, DeviceResult
+from venn.sdk.clock import TraceClock
+from venn.settings import Settings
+from venn.traces.checkins import (
+    FLEET_MEAN_COMM_KBPS,
+    FLEET_MEAN_COMP_MS,
+    CheckinBatch,
+    CheckinSource,
+    SyntheticTrace,
+    task_duration,
+)
+from venn.traces.devices import DeviceProfiles, load_device_profiles
+
+log = logging.getLogger(__name__)
+
+WINDOW_SLACK_S = 80.0
+"""A task may overrun its device's availability window by this much (paper §1)."""
+TICK_S = 0.02
+"""Longest wall-clock sleep of the replay loop: bounds how late a due event is sent."""
+
+
+@dataclass
+class FleetStats:
+    """What the fleet did so far (read by progress displays and tests)."""
+
+    checkins: int = 0
+    assignments: int = 0
+    results_ok: int = 0
+    results_failed: int = 0
+    refused: int = 0  # assignments to a device already serving its check-in's task
+    unknown: int = 0  # assignments to devices this fleet has no open check-in for
+    trace_time: float = 0.0
+
+
+@dataclass
+class _Window:
+    end: float
+    duration: float
+    served: bool = False
+
+
+@dataclass(order=True)
+class _Due:
+    at: float
+    seq: int
+    result: DeviceResult = field(compare=False)
+
+
+def synthetic_source(
+    rate_per_s: float = 3.0, num_devices: int | None = None, seed: int = 0
+) -> SyntheticTrace:
+    """The synthetic trace at ``rate_per_s`` check-ins per trace second.
+
+    Without ``num_devices`` the fleet is made just large enough (at least the paper's
+    136k) that a device's availability windows never overlap at that rate.
+    """
+    if num_devices is None:
+        # SyntheticTrace needs 0.9 * devices / peak_rate above its 4 h window cap.
+        peak = rate_per_s * 1.5
+        num_devices = max(136_000, math.ceil(1.1 * 4 * 3600 * peak / 0.9))
+    return SyntheticTrace(seed=seed, num_devices=num_devices, rate_per_s=rate_per_s)
+
+
+class DeviceFleet:
+    """Emulated devices behind one producer and one assignments consumer."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        source: CheckinSource,
+        clock: TraceClock,
+        *,
+        profiles: DeviceProfiles | None = None,
+        workload_s: float = 30.0,
+        slack_s: float = WINDOW_SLACK_S,
+        stats: FleetStats | None = None,
+    ) -> None:
+        self.settings = settings
+        self.source = source
+        self.clock = clock
+        self.profiles = profiles or load_device_profiles()
+        self.workload_s = workload_s
+        self.slack_s = slack_s
+        self.stats = stats or FleetStats()
+        self._run = uuid.uuid4().hex[:8]
+        self._windows: dict[str, _Window] = {}
+        self._due: list[_Due] = []
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._producer: AIOKafkaProducer | None = None
+        self._partitions: list[int] = []
+        self._partitioner = DefaultPartitioner()
+        self._send_errors = 0
+
+    # -- check-ins -------------------------------------------------------------------
+
+    def _checkin_events(self, batch: CheckinBatch) -> Iterator[DeviceCheckin]:
+        now = time.time()
+        for i in range(len(batch)):
+            device = str(int(batch.device_id[i]))
+            self.stats.checkins += 1
+            yield DeviceCheckin(
+                event_id=f"{self._run}-{self.stats.checkins}",
+                time=now,
+                device_id=device,
+                attrs=self.profiles.attrs[int(batch.profile[i])],
+                speed_ms_per_sample=float(batch.comp[i]) * FLEET_MEAN_COMP_MS,
+                bandwidth_kbps=float(batch.comm[i]) * FLEET_MEAN_COMM_KBPS,
+            )
+
+    async def _publish_checkins(self, batch: CheckinBatch) -> None:
+        assert self._producer is not None
+        durations = task_duration(batch, self.workload_s)
+        for i in range(len(batch)):
+            self._windows[str(int(batch.device_id[i]))] = _Window(
+                end=float(batch.end[i]), duration=float(durations[i])
+            )
+        pending: dict[int, object] = {}
+        for event in self._checkin_events(batch):
+            key = event.device_id.encode()
+            value = events.encode(event)
+            partition = self._partitioner(key, self._partitions, self._partitions)
+            builder = pending.get(partition) or self._producer.create_batch()
+            if builder.append(key=key, value=value, timestamp=None) is None:  # type: ignore[attr-defined]
+                await self._send_batch(builder, partition)
+                builder = self._producer.create_batch()
+                builder.append(key=key, value=value, timestamp=None)
+            pending[partition] = builder
+        for partition, builder in pending.items():
+            await self._send_batch(builder, partition)
+
+    async def _send_batch(self, builder: object, partition: int) -> None:
+        assert self._producer is not None
+        fut = await self._producer.send_batch(builder, topics.CHECKINS, partition=partition)  # type: ignore[arg-type]
+        fut.add_done_callback(self._on_sent)
+
+    def _on_sent(self, fut: asyncio.Future[object]) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            self._send_errors += 1
+            log.error("send failed: %s", fut.exception())
+
+    # -- assignments -> results ------------------------------------------------------
+
+    def on_assignment(self, a: Assignment, now: float) -> None:
+        """Start this device's task (or refuse it), scheduling its result."""
+        window = self._windows.get(a.device_id)
+        if window is None:
+            self.stats.unknown += 1
+            return
+        self.stats.assignments += 1
+        if window.served:
+            # One task per check-in: a second assignment for the same check-in is refused.
+            self.stats.refused += 1
+            self._schedule(a, now, ok=False, elapsed=0.0, reason="device busy")
+            return
+        window.served = True
+        limit = window.end + self.slack_s
+        if now + window.duration <= limit:
+            self._schedule(a, now + window.duration, ok=True, elapsed=window.duration)
+        else:
+            at = max(now, limit)
+            self._schedule(a, at, ok=False, elapsed=at - now, reason="window ended")
+
+    def _schedule(
+        self, a: Assignment, at: float, *, ok: bool, elapsed: float, reason: str | None = None
+    ) -> None:
+        self._seq += 1
+        result = DeviceResult(
+            event_id=f"{self._run}-r{self._seq}",
+            time=0.0,  # stamped when sent
+            job_id=a.job_id,
+            round_index=a.round_index,
+            device_id=a.device_id,
+            ok=ok,
+            response_time_s=max(0.0, elapsed),
+            reason=reason,
+        )
+        heapq.heappush(self._due, _Due(at, self._seq, result))
+        self._wake.set()
+
+    async def _publish_due_results(self, now: float) -> None:
+        assert self._producer is not None
+        while self._due and self._due[0].at <= now:
+            item = heapq.heappop(self._due)
+            result = msgspec.structs.replace(item.result, time=time.time())
+            if result.ok:
+                self.stats.results_ok += 1
+            else:
+                self.stats.results_failed += 1
+            fut = await self._producer.send(
+                topics.RESULTS, events.encode(result), key=events.key_of(result)
+            )
+            fut.add_done_callback(self._on_sent)
+
+    async def _consume_assignments(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            batches = await consumer.getmany(timeout_ms=200, max_records=5000)
+            now = self.clock.now()
+            for records in batches.values():
+                for record in records:
+                    try:
+                        event = events.decode(record.value, (Assignment,))
+                    except events.InvalidEvent:
+                        continue  # the coordinators' clients dead-letter it
+                    assert isinstance(event, Assignment)
+                    self.on_assignment(event, now)
+
+    # -- main loop -------------------------------------------------------------------
+
+    def _evict(self, now: float) -> None:
+        gone = [d for d, w in self._windows.items() if w.end + self.slack_s < now]
+        for device in gone:
+            del self._windows[device]
+
+    async def run(
+        self, stop: asyncio.Event, start: float = 0.0, end: float = math.inf
+    ) -> FleetStats:
+        """Replay check-ins with ``start <= t < end`` until ``stop`` is set."""
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.broker, client_id="venn-devices", acks=1, linger_ms=2
+        )
+        await self._producer.start()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.broker,
+            client_id="venn-devices",
+            group_id=None,
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        pump: asyncio.Task[None] | None = None
+        try:
+            self._partitions = sorted(await self._producer.partitions_for(topics.CHECKINS))
+            parts = [
+                TopicPartition(topics.ASSIGNMENTS, p)
+                for p in sorted(await self._producer.partitions_for(topics.ASSIGNMENTS))
+            ]
+            consumer.assign(parts)
+            await consumer.seek_to_end(*parts)
+            for tp in parts:
+                await consumer.position(tp)
+            pump = asyncio.create_task(self._consume_assignments(consumer))
+            await self._replay(stop, start, end)
+        finally:
+            if pump is not None:
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump
+            await consumer.stop()
+            await self._producer.flush()
+            await self._producer.stop()
+        return self.stats
+
+    async def _replay(self, stop: asyncio.Event, start: float, end: float) -> None:
+        chunks = self.source.chunks(start, end)
+        batch: CheckinBatch | None = next(chunks, None)
+        pos = 0
+        last_evict = -math.inf
+        while not stop.is_set():
+            now = self.clock.now()
+            self.stats.trace_time = now
+            while batch is not None:
+                hi = int(np.searchsorted(batch.time, now, side="right"))
+                if hi > pos:
+                    await self._publish_checkins(batch.slice(pos, hi))
+                    pos = hi
+                if pos < len(batch):
+                    break
+                batch, pos = next(chunks, None), 0
+            await self._publish_due_results(now)
+            if now - last_evict > 60.0:
+                self._evict(now)
+                last_evict = now
+            wake_at = now + TICK_S * self.clock.speedup
+            if batch is not None:
+                wake_at = min(wake_at, float(batch.time[pos]))
+            if self._due:
+                wake_at = min(wake_at, self._due[0].at)
+            self._wake.clear()
+            delay = max(0.0, self.clock.wall_at(wake_at) - time.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+
+async def run_devices(
+    settings: Settings,
+    source: CheckinSource,
+    speedup: float,
+    stop_event: asyncio.Event,
+    *,
+    clock: TraceClock | None = None,
+    start: float = 0.0,
+    end: float = math.inf,
+    stats: FleetStats | None = None,
+    workload_s: float = 30.0,
+) -> FleetStats:
+    """Replay ``source`` at ``speedup`` x wall clock until ``stop_event`` is set.
+
+    ``clock`` (default: trace time ``start`` now) lets coordinators share the fleet's
+    trace time. Returns the fleet's counters.
+    """
+    clock = clock or TraceClock(speedup=speedup, origin=start)
+    fleet = DeviceFleet(settings, source, clock, workload_s=workload_s, stats=stats)
+    return await fleet.run(stop_event, start, end)

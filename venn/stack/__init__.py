@@ -1,0 +1,1 @@
+"""The local runner: embedded stack (`venn up`/`venn down`) and `venn demo`."""

@@ -1,0 +1,130 @@
+"""Service child processes with pid files and logs in a run directory."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVICES_FILE = "services.json"
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """A service to run: its name (log/pid file stem) and its arguments after `python`."""
+
+    name: str
+    args: tuple[str, ...]
+
+    def command(self) -> list[str]:
+        return [sys.executable, *self.args]
+
+
+def scheduler_spec() -> ServiceSpec:
+    return ServiceSpec("scheduler", ("-m", "services.scheduler", "worker", "-l", "warn"))
+
+
+def recorder_spec() -> ServiceSpec:
+    return ServiceSpec("recorder", ("-m", "services.recorder", "--log-level", "WARNING"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def _read(run_dir: Path) -> dict[str, int]:
+    try:
+        data = json.loads((run_dir / SERVICES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _write(run_dir: Path, pids: dict[str, int]) -> None:
+    (run_dir / SERVICES_FILE).write_text(json.dumps(pids, indent=1))
+
+
+def running_services(run_dir: str | Path) -> dict[str, int]:
+    """Recorded services of ``run_dir`` that are still alive: {name: pid}."""
+    return {name: pid for name, pid in _read(Path(run_dir)).items() if _alive(pid)}
+
+
+def start_service(
+    run_dir: str | Path, spec: ServiceSpec, env: dict[str, str], *, detached: bool = True
+) -> subprocess.Popen[bytes]:
+    """Start ``spec`` with ``env`` (on top of os.environ), logging to ``<run>/<name>.log``.
+
+    A detached service gets its own session, so it outlives the CLI and its Ctrl-C.
+    """
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    with open(run / f"{spec.name}.log", "ab") as log:
+        proc = subprocess.Popen(
+            spec.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            cwd=run,
+            start_new_session=detached,
+        )
+    pids = _read(run)
+    pids[spec.name] = proc.pid
+    _write(run, pids)
+    return proc
+
+
+def stop_pid(pid: int, timeout: float = 10.0) -> bool:
+    """SIGTERM, then SIGKILL after ``timeout``. True if the process was running."""
+    if not _alive(pid):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    # Faust can hang in wait_empty on SIGTERM after an agent crash (kafka-notes).
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    while _alive(pid):
+        time.sleep(0.02)
+    return True
+
+
+def stop_services(run_dir: str | Path, timeout: float = 10.0) -> list[str]:
+    """Stop every recorded service of ``run_dir`` (in reverse start order)."""
+    run = Path(run_dir)
+    stopped = [name for name, pid in reversed(list(_read(run).items())) if stop_pid(pid, timeout)]
+    (run / SERVICES_FILE).unlink(missing_ok=True)
+    return stopped
+
+
+def log_tail(run_dir: str | Path, name: str, lines: int = 20) -> str:
+    path = Path(run_dir) / f"{name}.log"
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def default_services_for_demo() -> list[ServiceSpec]:
+    """What a demo needs besides its in-process fleet and coordinators."""
+    return [scheduler_spec(), recorder_spec()]
