@@ -2,9 +2,98 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.live import Live
+
+from venn.settings import Settings
+
+
+def up(
+    policy: Annotated[str, typer.Option(help="Scheduling policy of the scheduler.")] = "venn",
+    seed: Annotated[int, typer.Option(help="Seed of randomised policies.")] = 0,
+) -> None:
+    """Start the embedded stack detached: broker, topics, DB migrations, scheduler, recorder."""
+    from venn.stack.local import up as stack_up
+
+    info = stack_up(Settings.from_env(), policy, seed)
+    console = Console()
+    console.print(f"broker    {info.broker}")
+    console.print(f"database  {info.database_url}")
+    for name, pid in info.services.items():
+        console.print(f"{name:<9} pid {pid}  log {info.run_dir / (name + '.log')}")
+    console.print(f"stop with: VENN_RUN_DIR={info.run_dir} venn down")
+
+
+def down(
+    timeout: Annotated[float, typer.Option(help="Seconds before SIGKILL.")] = 10.0,
+) -> None:
+    """Stop everything `venn up` started (SIGTERM, then SIGKILL after the timeout)."""
+    from venn.stack.local import down as stack_down
+
+    stopped = stack_down(Settings.from_env(), timeout)
+    Console().print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+def demo(
+    workload: Annotated[str, typer.Option(help="Workload name or YAML path.")] = "demo",
+    policy: Annotated[str, typer.Option(help="random|fifo|srsf|venn|venn-sched|venn-match")] = (
+        "venn"
+    ),
+    jobs: Annotated[int, typer.Option(help="Number of jobs to sample.")] = 5,
+    speedup: Annotated[float, typer.Option(help="Trace seconds per wall second.")] = 12.0,
+    rate: Annotated[float, typer.Option(help="Device check-ins per trace second.")] = 1.5,
+    arrival_scale: Annotated[
+        float, typer.Option(help="Factor on the workload's inter-arrival gaps.")
+    ] = 0.05,
+    database_url: Annotated[
+        str, typer.Option(help="Audit DB URL (default: SQLite in a temp dir).")
+    ] = "",  # VENN_DATABASE_URL when set
+    seed: Annotated[int | None, typer.Option(help="Workload sampling seed.")] = None,
+    timeout: Annotated[float, typer.Option(help="Wall seconds before giving up.")] = 600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run a workload end to end on a private embedded stack, with live progress."""
+    from venn.stack.demo import DemoConfig, DemoHandles, run_demo
+    from venn.stack.progress import ProgressView, result_table
+
+    config = DemoConfig(
+        workload=workload,
+        policy=policy,
+        jobs=jobs,
+        seed=seed,
+        speedup=speedup,
+        rate_per_s=rate,
+        arrival_scale=arrival_scale,
+        database_url=database_url or os.environ.get("VENN_DATABASE_URL", ""),
+        timeout_s=timeout,
+    )
+    handles = DemoHandles()
+    if as_json:
+        result = asyncio.run(run_demo(config, handles))
+        print(json.dumps(result.summary()))
+    else:
+        console = Console()
+        with Live(ProgressView(handles), console=console, refresh_per_second=4):
+            result = asyncio.run(run_demo(config, handles))
+        console.print(result_table(result))
+        console.print(
+            f"{result.jobs_finished}/{result.jobs_total} jobs finished, "
+            f"{result.rounds_closed} rounds closed ({result.rounds_failed} failed), "
+            f"{result.assignments} assignments, {result.audit_rounds} audit rows; "
+            f"wall {result.wall_s:.0f} s + {result.startup_s:.0f} s start-up"
+        )
+    if result.jobs_finished < result.jobs_total:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
     """Attach the stack commands to the CLI."""
-    _ = app
+    app.command()(up)
+    app.command()(down)
+    app.command()(demo)

@@ -84,6 +84,7 @@ class DemoResult:
     audit_jobs_finished: int
     fleet: dict[str, Any] = field(default_factory=dict)
     extra_assignments: int = 0
+    attempts: dict[str, int] = field(default_factory=dict)
 
     @property
     def jobs_total(self) -> int:
@@ -231,6 +232,7 @@ async def run_demo(
             audit_jobs_finished=audit_finished,
             fleet=dataclasses.asdict(fleet),
             extra_assignments=sum(o.extra_assignments for o in outcomes.values()),
+            attempts={job_id: o.attempts for job_id, o in outcomes.items()},
         )
     finally:
         handles.phase = "stopping"
