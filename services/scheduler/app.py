@@ -112,7 +112,7 @@ def create_app(
     state = SchedulerState(config, jobs_table, devices_table, owned_partitions)
     app.scheduler_state = state  # type: ignore[attr-defined]
 
-    @app.on_partitions_assigned.connect  # type: ignore[misc]
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         now_owned = owned_partitions()
         if now_owned != owned:

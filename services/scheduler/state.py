@@ -96,11 +96,16 @@ class SchedulerState:
         for job_id, row in list(self.jobs.items()):
             if owned is not None and row.get("partition") not in owned:
                 continue
+            try:
+                if row.get("removed"):
+                    self.removed.add(job_id)
+                else:
+                    restore_job(self.core, row["core"], now)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                # One bad row must not block every later event: skip it, keep the rest.
+                log.exception("cannot restore job %r from its row; skipped", job_id)
+                continue
             self.rows[job_id] = row
-            if row.get("removed"):
-                self.removed.add(job_id)
-            else:
-                restore_job(self.core, row["core"], now)
         self.loaded = True
         log.info("scheduler core rebuilt: %d jobs, %d removed", len(self.rows), len(self.removed))
 
