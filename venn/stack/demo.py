@@ -27,8 +27,10 @@ from venn.audit.models import JobAudit, RoundAudit
 from venn.broker.embedded import EmbeddedBroker
 from venn.core.model import JobSpec
 from venn.data import DATA_DIR
+from venn.events import Event
 from venn.sdk.clock import TraceClock
 from venn.settings import Settings
+from venn.stack.capture import read_topics
 from venn.stack.local import prepare_topics, service_env, wait_scheduler_ready
 from venn.stack.processes import (
     default_services_for_demo,
@@ -67,6 +69,7 @@ class DemoConfig:
     run_dir: str | None = None  # None: a temporary directory, removed afterwards
     timeout_s: float = 600.0  # wall seconds before unfinished jobs are cancelled
     partitions: int = 4
+    capture_topics: tuple[str, ...] = ()  # read back into DemoResult.events before teardown
 
 
 @dataclass
@@ -85,6 +88,8 @@ class DemoResult:
     fleet: dict[str, Any] = field(default_factory=dict)
     extra_assignments: int = 0
     attempts: dict[str, int] = field(default_factory=dict)
+    events: dict[str, list[Event]] = field(default_factory=dict)
+    database_url: str = ""
 
     @property
     def jobs_total(self) -> int:
@@ -218,6 +223,7 @@ async def run_demo(
         closed = sum(o.attempts for o in outcomes.values())
         finished = sum(o.finished for o in outcomes.values())
         audit_rounds, audit_finished = await _wait_recorded(db_url, closed, finished, 20.0)
+        captured = await read_topics(settings.broker, config.capture_topics)
         return DemoResult(
             policy=config.policy,
             speedup=config.speedup,
@@ -233,6 +239,8 @@ async def run_demo(
             fleet=dataclasses.asdict(fleet),
             extra_assignments=sum(o.extra_assignments for o in outcomes.values()),
             attempts={job_id: o.attempts for job_id, o in outcomes.items()},
+            events=captured,
+            database_url=db_url,
         )
     finally:
         handles.phase = "stopping"
