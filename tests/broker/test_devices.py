@@ -106,7 +106,6 @@ async def test_checkins_results_and_failures_follow_the_trace_clock(
                     await producer.send_and_wait(
                         topics.ASSIGNMENTS, events.encode(a), key=job.encode()
                     )
-                sent_at["first"] = clock.now()
             if str(base + 3) in checkins and "late" not in sent_at:
                 a = assignment(job, base + 3)
                 await producer.send_and_wait(topics.ASSIGNMENTS, events.encode(a), key=job.encode())
