@@ -384,6 +384,34 @@ async def test_bad_input_goes_to_dead_letters(stack: tuple[Bus, Worker]) -> None
     await bus.send(topics.ROUNDS, finished(job_id))
 
 
+async def test_replays_are_idempotent(stack: tuple[Bus, Worker]) -> None:
+    bus, _ = stack
+    tok = uuid.uuid4().hex[:8]
+    attr, job_id = f"cpu_{tok}", f"replay-{tok}"
+    for _ in range(2):  # a replayed registration and round request change nothing
+        await bus.send(topics.JOBS, job(job_id, attr, 1, demand=2))
+        await bus.send(topics.JOBS, round_request(job_id, 0, 2))
+    await bus.barrier(topics.JOBS)
+    first = checkin(f"d0-{tok}", {attr: 2})
+    await bus.send(topics.CHECKINS, first)
+    await bus.send(topics.CHECKINS, first)  # same event id
+    await bus.barrier(topics.CHECKINS)
+    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 1)
+    # Duplicate results release the device once; the replayed request does not reopen.
+    res = result(job_id, 0, f"d0-{tok}")
+    await bus.send(topics.RESULTS, res)
+    await bus.send(topics.RESULTS, res)
+    await bus.barrier(topics.RESULTS)
+    await checkins(bus, [f"d{i}-{tok}" for i in (1, 2, 3)], {attr: 2})
+    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 2)
+    await asyncio.sleep(0.5)
+    got = [a.device_id for a in bus.assigned({job_id})]
+    assert len(got) == 2, got  # the duplicate check-in did not take the second slot
+    assert got[0] == f"d0-{tok}"
+    assert got[1] in {f"d{i}-{tok}" for i in (1, 2, 3)}
+    await bus.send(topics.ROUNDS, finished(job_id))
+
+
 async def test_restart_recovers_demand(stack: tuple[Bus, Worker]) -> None:
     bus, worker = stack
     assert worker.proc is not None
