@@ -96,8 +96,9 @@ async def wait_scheduler_ready(settings: Settings, timeout: float = 60.0) -> boo
     return False
 
 
-def up(settings: Settings, policy: str = "venn", seed: int = 0) -> StackInfo:
-    """Start (or reuse) the detached broker and services of ``settings.run_dir``."""
+def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = True) -> StackInfo:
+    """Start (or reuse) the detached broker and services of ``settings.run_dir``; with
+    ``wait``, return once the scheduler's consumer group is stable."""
     settings = absolute(settings)
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
@@ -109,6 +110,8 @@ def up(settings: Settings, policy: str = "venn", seed: int = 0) -> StackInfo:
     for spec in default_services():
         if spec.name not in alive:
             start_service(run, spec, env)
+    if wait and not asyncio.run(wait_scheduler_ready(settings)):
+        raise RuntimeError(f"the scheduler did not become ready; see {run / 'scheduler.log'}")
     info = StackInfo(run, broker, settings.database_url, running_services(run))
     (run / STACK_FILE).write_text(
         json.dumps({"broker": broker, "database_url": info.database_url, "policy": policy})
