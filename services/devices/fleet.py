@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.producer.message_accumulator import BatchBuilder
 
 from venn import events
 from venn.broker import topics
@@ -141,13 +142,13 @@ class DeviceFleet:
             self._windows[str(int(batch.device_id[i]))] = _Window(
                 end=float(batch.end[i]), duration=float(durations[i])
             )
-        pending: dict[int, object] = {}
+        pending: dict[int, BatchBuilder] = {}
         for event in self._checkin_events(batch):
             key = event.device_id.encode()
             value = events.encode(event)
             partition = self._partitioner(key, self._partitions, self._partitions)
             builder = pending.get(partition) or self._producer.create_batch()
-            if builder.append(key=key, value=value, timestamp=None) is None:  # type: ignore[attr-defined]
+            if builder.append(key=key, value=value, timestamp=None) is None:
                 await self._send_batch(builder, partition)
                 builder = self._producer.create_batch()
                 builder.append(key=key, value=value, timestamp=None)
@@ -155,9 +156,9 @@ class DeviceFleet:
         for partition, builder in pending.items():
             await self._send_batch(builder, partition)
 
-    async def _send_batch(self, builder: object, partition: int) -> None:
+    async def _send_batch(self, builder: BatchBuilder, partition: int) -> None:
         assert self._producer is not None
-        fut = await self._producer.send_batch(builder, topics.CHECKINS, partition=partition)  # type: ignore[arg-type]
+        fut = await self._producer.send_batch(builder, topics.CHECKINS, partition=partition)
         fut.add_done_callback(self._on_sent)
 
     def _on_sent(self, fut: asyncio.Future[object]) -> None:
