@@ -1,0 +1,66 @@
+"""`python -m services.gateway [--workers N]`: the device gateway with Settings from env.
+
+With `--workers N`, N processes share the port through SO_REUSEPORT (the kernel spreads
+connections); each has its own Kafka clients, as behind any load balancer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import uvloop
+
+from services.gateway.app import run_gateway
+from services.gateway.config import GatewayConfig
+
+
+async def _main(config: GatewayConfig, reuse_port: bool) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stats = await run_gateway(None, stop, config, reuse_port=reuse_port)
+    logging.getLogger("venn.gateway").info("stopped: %s", stats)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.gateway", description=__doc__)
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the port")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    config = GatewayConfig.from_env()
+    children: list[subprocess.Popen[bytes]] = []
+    if args.workers > 1 and "VENN_GATEWAY_CHILD" not in os.environ:
+        for _ in range(args.workers - 1):
+            children.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "services.gateway", "--log-level", args.log_level],
+                    env={**os.environ, "VENN_GATEWAY_CHILD": "1"},
+                )
+            )
+    reuse_port = args.workers > 1 or "VENN_GATEWAY_CHILD" in os.environ
+    try:
+        uvloop.run(_main(config, reuse_port))
+    finally:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,565 @@
+"""The device gateway: an aiohttp server in front of Kafka.
+
+- `POST /v1/checkin`: validates the body, produces a DeviceCheckin (fresh event id, key
+  device_id) to venn.checkins and waits at most `wait_s` for the scheduler's Assignment,
+  which this process reads from venn.assignments with its own group-less consumer
+  (latest offsets) and matches by the check-in id embedded in the assignment's id
+  (`asg:<checkin id>:<job>:<round>`). Answers `{assigned: true, job_id, round_index,
+  task_url}` or `{assigned: false, retry_after}`; overload (more than `max_inflight`
+  check-ins in progress) is answered 429 + retry_after at once. Never a 5xx, never later
+  than the bound.
+- `POST /v1/results`: a device's result -> DeviceResult on venn.results (key job_id).
+- `GET /healthz`, `GET /openapi.json`.
+
+Stateless: every process has its own consumer and matches only its own check-ins, so any
+number of gateways can run behind a load balancer (or share one port with SO_REUSEPORT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from services.gateway.config import GatewayConfig
+from services.gateway.demand import DemandView
+from services.gateway.models import (
+    CheckinRequest,
+    RequestError,
+    ResultRequest,
+    decode_checkin,
+    decode_result,
+)
+from services.gateway.openapi import openapi_document
+from venn import events as ev
+from venn.broker import topics
+from venn.broker.topics import ensure_topics
+from venn.settings import Settings
+
+log = logging.getLogger("venn.gateway")
+
+LATE_MEMORY = 200_000
+"""How many answered-without-assignment check-in ids are remembered to catch late
+assignments (a few minutes of traffic at thousands of check-ins per second)."""
+UNDELIVERED = "undelivered: the gateway answered the check-in before this assignment arrived"
+
+Json = dict[str, Any]
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass
+class GatewayStats:
+    checkins: int = 0
+    assigned: int = 0
+    no_assignment: int = 0
+    """Waited the full bound without an assignment."""
+    fast_no: int = 0
+    """Answered at once: no open round with demand admits the device."""
+    overloaded: int = 0
+    kafka_errors: int = 0
+    invalid: int = 0
+    results: int = 0
+    late_delivered: int = 0
+    """A late assignment handed to the same device's next check-in."""
+    late_released: int = 0
+    """A late assignment released with a failed DeviceResult."""
+    internal_errors: int = 0
+
+
+def checkin_id_of(assignment_id: str) -> str | None:
+    """The check-in event id inside the scheduler's `asg:<checkin id>:<job>:<round>`."""
+    if not assignment_id.startswith("asg:"):
+        return None
+    return assignment_id[4:].split(":", 1)[0] or None
+
+
+class Gateway:
+    """Kafka side of one gateway process: producer, assignments consumer, pending map."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.settings: Settings = config.settings
+        self.stats = GatewayStats()
+        self.view = DemandView()
+        self.view_ready = False
+        self.inflight = 0
+        self.pending: dict[str, asyncio.Future[ev.Assignment | BaseException]] = {}
+        self.pending_by_device: dict[str, str] = {}
+        self.answered: OrderedDict[str, None] = OrderedDict()
+        self.producer: AIOKafkaProducer | None = None
+        self.consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self.started_at = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        counts = await ensure_topics(
+            s.broker,
+            s.topic_partitions,
+            names=(topics.CHECKINS, topics.ASSIGNMENTS, topics.RESULTS, topics.JOBS, topics.ROUNDS),
+        )
+        client = f"venn-gateway-{os.getpid()}"
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=s.broker,
+            client_id=client,
+            acks=1,
+            linger_ms=self.config.linger_ms,
+        )
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.broker,
+            client_id=client,
+            group_id=None,  # every gateway reads every assignment; no group, no rebalances
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            fetch_max_wait_ms=50,
+        )
+        await self.producer.start()
+        try:
+            await self.consumer.start()
+            follow = [
+                TopicPartition(t, p) for t in (topics.JOBS, topics.ROUNDS) for p in range(counts[t])
+            ]
+            answers = [
+                TopicPartition(topics.ASSIGNMENTS, p) for p in range(counts[topics.ASSIGNMENTS])
+            ]
+            self.consumer.assign([*answers, *follow])
+            await self.consumer.seek_to_end(*answers)
+            await self.consumer.seek_to_beginning(*follow)
+            for tp in answers:  # resolve now: nothing produced after start() is missed
+                await self.consumer.position(tp)
+            ends = await self.consumer.end_offsets(follow)
+        except BaseException:
+            await self.stop()
+            raise
+        self.started_at = time.time()
+        self._task = asyncio.create_task(self._consume(set(follow), ends), name="gateway-consume")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for task in list(self._background):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 2.0)
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_result(ConnectionError("gateway stopping"))
+        if self.consumer is not None:
+            await self.consumer.stop()
+            self.consumer = None
+        if self.producer is not None:
+            await self.producer.stop()
+            self.producer = None
+
+    # -- the assignments/jobs/rounds consumer ------------------------------------------
+    async def _consume(self, follow: set[TopicPartition], ends: dict[TopicPartition, int]) -> None:
+        consumer = self.consumer
+        assert consumer is not None
+        max_bytes = self.settings.max_event_bytes
+        while True:
+            try:
+                batches = await consumer.getmany(timeout_ms=200, max_records=5000)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("assignments consumer failed; retrying")
+                await asyncio.sleep(0.5)
+                continue
+            followed = False
+            for tp, messages in batches.items():
+                allowed = ev.ALLOWED_ON[tp.topic]
+                is_answer = tp.topic == topics.ASSIGNMENTS
+                followed = followed or not is_answer
+                for m in messages:
+                    try:
+                        event = ev.decode(m.value, allowed, max_bytes)
+                    except ev.InvalidEvent:
+                        continue  # the scheduler dead-letters it; nothing to answer
+                    if is_answer:
+                        assert isinstance(event, ev.Assignment)
+                        self._on_assignment(event)
+                    self.view.apply(event)
+            if not self.view_ready and not followed:
+                # Caught up once a fetch brings nothing new from venn.jobs/venn.rounds past
+                # the end offsets seen at start (Tansu's end offsets can be short, hence
+                # the empty fetch too). Until then every check-in waits for its answer.
+                positions = [await consumer.position(tp) for tp in follow]
+                if all(pos >= ends.get(tp, 0) for tp, pos in zip(follow, positions, strict=True)):
+                    self.view_ready = True
+                    log.info("demand view ready: %d jobs", len(self.view.jobs))
+
+    def _on_assignment(self, a: ev.Assignment) -> None:
+        cid = checkin_id_of(a.event_id)
+        fut = self.pending.pop(cid, None) if cid is not None else None
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(a)
+            return
+        mine_late = cid is not None and cid in self.answered
+        if not mine_late and cid is not None:
+            return  # another gateway's check-in: it answers that device
+        # Ours but late (or unattributable): the scheduler now counts the device as busy.
+        # Hand it to the device's check-in waiting here, if any; else release it.
+        waiting = self.pending_by_device.get(a.device_id)
+        fut = self.pending.pop(waiting, None) if waiting is not None else None
+        if fut is not None and not fut.done():
+            fut.set_result(a)
+            self.stats.late_delivered += 1
+            return
+        if mine_late:
+            self.stats.late_released += 1
+            release = ev.DeviceResult(
+                event_id=f"undelivered:{a.event_id}",
+                time=time.time(),
+                job_id=a.job_id,
+                round_index=a.round_index,
+                device_id=a.device_id,
+                ok=False,
+                response_time_s=0.0,
+                reason=UNDELIVERED,
+            )
+            self._spawn(self._send(topics.RESULTS, release))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _send(self, topic: str, event: ev.Event) -> None:
+        assert self.producer is not None
+        try:
+            await (await self.producer.send(topic, ev.encode(event), key=ev.key_of(event)))
+        except Exception as exc:
+            self.stats.kafka_errors += 1
+            log.warning("could not send %s to %s: %r", event.event_id, topic, exc)
+
+    def _remember_answered(self, cid: str) -> None:
+        self.answered[cid] = None
+        if len(self.answered) > LATE_MEMORY:
+            self.answered.popitem(last=False)
+
+    # -- requests ----------------------------------------------------------------------
+    def busy(self, reason: str) -> tuple[int, Json]:
+        return 429, {
+            "assigned": False,
+            "retry_after": self.config.busy_retry_after_s,
+            "reason": reason,
+        }
+
+    def _no(self, cid: str, reason: str) -> tuple[int, Json]:
+        return 200, {
+            "assigned": False,
+            "retry_after": self.config.retry_after_s,
+            "reason": reason,
+            "checkin_id": cid,
+        }
+
+    async def checkin(self, req: CheckinRequest, deadline: float) -> tuple[int, Json]:
+        """Produce the check-in and wait (until `deadline`, loop time) for its answer."""
+        assert self.producer is not None
+        loop = asyncio.get_running_loop()
+        self.stats.checkins += 1
+        cid = "gw-" + os.urandom(12).hex()
+        event = ev.DeviceCheckin(
+            event_id=cid,
+            time=time.time(),
+            device_id=req.device_id,
+            attrs=req.attrs,
+            speed_ms_per_sample=req.speed_ms_per_sample,
+            bandwidth_kbps=req.bandwidth_kbps,
+        )
+        wait = not (self.config.fast_no and self.view_ready) or self.view.may_assign(req.attrs)
+        fut: asyncio.Future[ev.Assignment | BaseException] = loop.create_future()
+        if wait:
+            # Registered before producing: the answer may come back before the ack.
+            self.pending[cid] = fut
+            self.pending_by_device[req.device_id] = cid
+        answer: ev.Assignment | BaseException | None = None
+        try:
+            try:
+                delivery = await asyncio.wait_for(
+                    self.producer.send(
+                        topics.CHECKINS, ev.encode(event), key=req.device_id.encode()
+                    ),
+                    max(deadline - loop.time(), 0.001),
+                )
+            except Exception as exc:  # includes TimeoutError: the producer's buffer is full
+                self.stats.kafka_errors += 1
+                log.debug("check-in %s not produced: %r", cid, exc)
+                return self.busy("broker_unavailable")
+            if not wait:
+                delivery.add_done_callback(self._count_failure)
+                self.stats.fast_no += 1
+                return self._no(cid, "no_open_round")
+            delivery.add_done_callback(lambda d: self._fail_pending(cid, d))
+            await asyncio.wait({fut}, timeout=max(deadline - loop.time(), 0.0))
+            answer = fut.result() if fut.done() else None
+        finally:
+            self.pending.pop(cid, None)
+            if self.pending_by_device.get(req.device_id) == cid:
+                del self.pending_by_device[req.device_id]
+            if not isinstance(answer, ev.Assignment):
+                self._remember_answered(cid)
+        if isinstance(answer, ev.Assignment):
+            self.stats.assigned += 1
+            return 200, {
+                "assigned": True,
+                "job_id": answer.job_id,
+                "round_index": answer.round_index,
+                "task_url": answer.task_url,
+                "checkin_id": cid,
+            }
+        if isinstance(answer, BaseException):
+            self.stats.kafka_errors += 1
+            return self.busy("broker_unavailable")
+        self.stats.no_assignment += 1
+        return self._no(cid, "no_assignment")
+
+    def _count_failure(self, delivery: asyncio.Future[Any]) -> None:
+        if not delivery.cancelled() and delivery.exception() is not None:
+            self.stats.kafka_errors += 1
+
+    def _fail_pending(self, cid: str, delivery: asyncio.Future[Any]) -> None:
+        if delivery.cancelled() or delivery.exception() is None:
+            return
+        fut = self.pending.get(cid)
+        if fut is not None and not fut.done():
+            exc = delivery.exception()
+            fut.set_result(exc if exc is not None else ConnectionError("cancelled"))
+
+    async def result(self, req: ResultRequest, deadline: float) -> tuple[int, Json]:
+        assert self.producer is not None
+        # One result per device and round: a retried upload keeps its id (consumers dedupe).
+        event = ev.DeviceResult(
+            event_id=f"res:{req.job_id}:{req.round_index}:{req.device_id}",
+            time=time.time(),
+            job_id=req.job_id,
+            round_index=req.round_index,
+            device_id=req.device_id,
+            ok=req.ok,
+            response_time_s=req.response_time_s,
+            reason=req.reason,
+        )
+        try:
+            async with asyncio.timeout_at(deadline):
+                delivery = await self.producer.send(
+                    topics.RESULTS, ev.encode(event), key=req.job_id.encode()
+                )
+                await delivery
+        except Exception as exc:
+            self.stats.kafka_errors += 1
+            log.debug("result %s not produced: %r", event.event_id, exc)
+            return self.busy("broker_unavailable")
+        self.stats.results += 1
+        return 202, {"accepted": True, "event_id": event.event_id}
+
+    def health(self) -> Json:
+        return {
+            "status": "ok",
+            "demand_view_ready": self.view_ready,
+            "open_requirements": len(self.view.open_requirements()),
+            "inflight": self.inflight,
+            "pending": len(self.pending),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "stats": asdict(self.stats),
+        }
+
+
+# -- HTTP --------------------------------------------------------------------------------
+
+GATEWAY = web.AppKey("gateway", Gateway)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(payload: Json, status: int = 200, retry_after: int | None = None) -> web.Response:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return web.Response(
+        body=_encode(payload), status=status, content_type="application/json", headers=headers
+    )
+
+
+def _answer(status: int, payload: Json) -> web.Response:
+    retry = payload.get("retry_after")
+    return _json(payload, status, retry if status == 429 else None)
+
+
+async def _read_body(request: web.Request, config: GatewayConfig, deadline: float) -> bytes:
+    length = request.content_length
+    if length is not None and length > config.max_body_bytes:
+        raise RequestError(
+            413, "too_large", f"the body has {length} bytes; the limit is {config.max_body_bytes}"
+        )
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestError(
+            413, "too_large", f"the body exceeds the limit of {config.max_body_bytes} bytes"
+        ) from None
+    except TimeoutError:
+        raise RequestError(408, "timeout", "the body did not arrive in time") from None
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """JSON bodies for aiohttp's own 4xx; an unexpected failure is a 429, never a 5xx."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status >= 500:
+            raise
+        if exc.status < 400:
+            raise
+        return _json(
+            {"error": exc.reason.lower().replace(" ", "_"), "detail": exc.text or ""}, exc.status
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        gw = request.app[GATEWAY]
+        gw.stats.internal_errors += 1
+        log.exception("gateway failed on %s %s", request.method, request.path)
+        status, payload = gw.busy("gateway_error")
+        return _answer(status, payload)
+
+
+def create_app(
+    settings: Settings | None = None, config: GatewayConfig | None = None
+) -> web.Application:
+    """The aiohttp application; its startup connects to Kafka, its cleanup disconnects."""
+    config = config or GatewayConfig.from_env(settings)
+    gw = Gateway(config)
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[_errors])
+    app[GATEWAY] = gw
+    spec = _encode(openapi_document(config))
+
+    async def kafka(_app: web.Application) -> AsyncIterator[None]:
+        await gw.start()
+        yield
+        await gw.stop()
+
+    app.cleanup_ctx.append(kafka)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return _json(gw.health())
+
+    async def openapi(request: web.Request) -> web.Response:
+        return web.Response(body=spec, content_type="application/json")
+
+    async def checkin(request: web.Request) -> web.Response:
+        deadline = asyncio.get_running_loop().time() + config.wait_s
+        if gw.inflight >= config.max_inflight:
+            gw.stats.overloaded += 1
+            return _answer(*gw.busy("overloaded"))
+        gw.inflight += 1
+        try:
+            body = await _read_body(request, config, deadline)
+            req = decode_checkin(body)
+            return _answer(*await gw.checkin(req, deadline))
+        except RequestError as exc:
+            gw.stats.invalid += 1
+            return _json(exc.body(), exc.status)
+        finally:
+            gw.inflight -= 1
+
+    async def results(request: web.Request) -> web.Response:
+        deadline = asyncio.get_running_loop().time() + config.wait_s
+        if gw.inflight >= config.max_inflight:
+            gw.stats.overloaded += 1
+            return _answer(*gw.busy("overloaded"))
+        gw.inflight += 1
+        try:
+            req = decode_result(await _read_body(request, config, deadline))
+            return _answer(*await gw.result(req, deadline))
+        except RequestError as exc:
+            gw.stats.invalid += 1
+            return _json(exc.body(), exc.status)
+        finally:
+            gw.inflight -= 1
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/openapi.json", openapi)
+    app.router.add_post("/v1/checkin", checkin)
+    app.router.add_post("/v1/results", results)
+    return app
+
+
+class GatewayServer:
+    """create_app + an aiohttp site; `await start()` returns the bound port."""
+
+    def __init__(self, config: GatewayConfig, reuse_port: bool = False) -> None:
+        self.config = config
+        self.reuse_port = reuse_port
+        self.app = create_app(config=config)
+        self.runner: web.AppRunner | None = None
+        self.port = config.port
+
+    @property
+    def gateway(self) -> Gateway:
+        return self.app[GATEWAY]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    async def start(self) -> int:
+        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(
+            self.runner,
+            self.config.host,
+            self.config.port,
+            backlog=2048,
+            reuse_port=self.reuse_port or None,
+        )
+        try:
+            await site.start()
+        except BaseException:
+            await self.runner.cleanup()
+            raise
+        address = self.runner.addresses[0]
+        self.port = int(address[1])
+        return self.port
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+async def run_gateway(
+    settings: Settings | None,
+    stop_event: asyncio.Event,
+    config: GatewayConfig | None = None,
+    *,
+    reuse_port: bool = False,
+    on_ready: Callable[[GatewayServer], None] | None = None,
+) -> GatewayStats:
+    """Serve until `stop_event` is set. Returns the counters."""
+    config = config or GatewayConfig.from_env(settings)
+    server = GatewayServer(config, reuse_port=reuse_port)
+    await server.start()
+    log.info("gateway listening on %s", server.url)
+    if on_ready is not None:
+        on_ready(server)
+    try:
+        await stop_event.wait()
+    finally:
+        stats = server.gateway.stats
+        await server.stop()
+    return stats

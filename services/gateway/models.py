@@ -1,0 +1,71 @@
+"""Request and response bodies of the device API, and their strict decoding."""
+
+from __future__ import annotations
+
+from typing import Annotated, TypeVar
+
+import msgspec
+
+DeviceId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+JobId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+AttrName = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+MAX_ATTRS = 64
+
+T = TypeVar("T")
+
+
+class CheckinRequest(msgspec.Struct, frozen=True):
+    """`POST /v1/checkin`. Unknown top-level fields are ignored (newer device SDKs)."""
+
+    device_id: DeviceId
+    attrs: Annotated[dict[AttrName, float], msgspec.Meta(max_length=MAX_ATTRS)]
+    speed_ms_per_sample: NonNegFloat
+    bandwidth_kbps: NonNegFloat
+
+
+class ResultRequest(msgspec.Struct, frozen=True):
+    """`POST /v1/results`: a device's result (or failure) for its assignment."""
+
+    device_id: DeviceId
+    job_id: JobId
+    round_index: NonNegInt
+    ok: bool
+    response_time_s: NonNegFloat
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
+
+
+class RequestError(Exception):
+    """A request the gateway refuses: HTTP `status` with a JSON {error, detail} body."""
+
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        super().__init__(f"{status} {error}: {detail}")
+        self.status = status
+        self.error = error
+        self.detail = detail
+
+    def body(self) -> dict[str, str]:
+        return {"error": self.error, "detail": self.detail}
+
+
+_checkin_decoder = msgspec.json.Decoder(CheckinRequest)
+_result_decoder = msgspec.json.Decoder(ResultRequest)
+
+
+def _decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise RequestError(422, "invalid_request", str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise RequestError(400, "malformed_json", f"the body is not valid JSON ({exc})") from None
+
+
+def decode_checkin(body: bytes) -> CheckinRequest:
+    """400 for non-JSON, 422 for wrong types / missing fields / out-of-range values."""
+    return _decode(_checkin_decoder, body)
+
+
+def decode_result(body: bytes) -> ResultRequest:
+    return _decode(_result_decoder, body)

@@ -1,0 +1,204 @@
+"""The gateway's OpenAPI 3.1 document (hand-written; checked against the code in tests)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from services.gateway.config import GatewayConfig
+
+Json = dict[str, Any]
+
+
+def _error(description: str) -> Json:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def _ref(name: str) -> Json:
+    return {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}
+
+
+def openapi_document(config: GatewayConfig) -> Json:
+    wait = config.wait_s
+    retry_header = {
+        "Retry-After": {
+            "description": "Seconds to wait before retrying.",
+            "schema": {"type": "integer"},
+        }
+    }
+    busy = {
+        "description": (
+            "The gateway is overloaded (too many check-ins in progress) or cannot reach the "
+            "broker: retry after `retry_after` seconds. Answered at once."
+        ),
+        "headers": retry_header,
+        "content": _ref("Busy"),
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Venn device gateway",
+            "version": "1",
+            "description": (
+                "Devices check in over HTTP and get an assignment (job, round, task URL) or a "
+                f"`retry_after`. A check-in is answered within {wait:g} s (VENN_GATEWAY_WAIT_S): "
+                "the scheduler only speaks when it assigns, so a check-in no open round can "
+                "take is answered at once from the gateway's view of open demand, and one "
+                "the scheduler leaves unassigned is answered when the bound expires. Never a 5xx."
+            ),
+        },
+        "paths": {
+            "/healthz": {
+                "get": {
+                    "summary": "Liveness and counters",
+                    "responses": {"200": {"description": "Alive", "content": _ref("Health")}},
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "summary": "This document",
+                    "responses": {"200": {"description": "OpenAPI 3.1 document"}},
+                }
+            },
+            "/v1/checkin": {
+                "post": {
+                    "summary": "Check in and ask for a task",
+                    "operationId": "checkin",
+                    "requestBody": {"required": True, "content": _ref("CheckinRequest")},
+                    "responses": {
+                        "200": {"description": "Assigned or not", "content": _ref("CheckinAnswer")},
+                        "400": _error("The body is not JSON (`malformed_json`)."),
+                        "408": _error("The body did not arrive within the bound (`timeout`)."),
+                        "413": _error(
+                            f"The body exceeds {config.max_body_bytes} bytes (`too_large`)."
+                        ),
+                        "422": _error(
+                            "Missing field, wrong type or value out of range (`invalid_request`)."
+                        ),
+                        "429": busy,
+                    },
+                }
+            },
+            "/v1/results": {
+                "post": {
+                    "summary": "Upload a device's result (or failure) for its assignment",
+                    "operationId": "upload_result",
+                    "requestBody": {"required": True, "content": _ref("ResultRequest")},
+                    "responses": {
+                        "202": {
+                            "description": "Stored on the broker",
+                            "content": _ref("ResultAck"),
+                        },
+                        "400": _error("The body is not JSON (`malformed_json`)."),
+                        "408": _error("The body did not arrive within the bound (`timeout`)."),
+                        "413": _error(
+                            f"The body exceeds {config.max_body_bytes} bytes (`too_large`)."
+                        ),
+                        "422": _error(
+                            "Missing field, wrong type or value out of range (`invalid_request`)."
+                        ),
+                        "429": busy,
+                    },
+                }
+            },
+        },
+        "components": {
+            "schemas": {
+                "CheckinRequest": {
+                    "type": "object",
+                    "required": ["device_id", "attrs", "speed_ms_per_sample", "bandwidth_kbps"],
+                    "properties": {
+                        "device_id": {"type": "string", "minLength": 1, "maxLength": 256},
+                        "attrs": {
+                            "type": "object",
+                            "description": (
+                                "Reported attributes, e.g. cpu_f, ram, fp16_mem, android_os; "
+                                "a job's requirement is a set of thresholds on them."
+                            ),
+                            "maxProperties": 64,
+                            "additionalProperties": {"type": "number"},
+                        },
+                        "speed_ms_per_sample": {"type": "number", "minimum": 0},
+                        "bandwidth_kbps": {"type": "number", "minimum": 0},
+                    },
+                    "additionalProperties": True,
+                },
+                "CheckinAnswer": {
+                    "oneOf": [
+                        {"$ref": "#/components/schemas/Assigned"},
+                        {"$ref": "#/components/schemas/NotAssigned"},
+                    ]
+                },
+                "Assigned": {
+                    "type": "object",
+                    "required": ["assigned", "job_id", "round_index", "task_url", "checkin_id"],
+                    "properties": {
+                        "assigned": {"const": True},
+                        "job_id": {"type": "string"},
+                        "round_index": {"type": "integer", "minimum": 0},
+                        "task_url": {"type": "string"},
+                        "checkin_id": {"type": "string"},
+                    },
+                },
+                "NotAssigned": {
+                    "type": "object",
+                    "required": ["assigned", "retry_after", "reason", "checkin_id"],
+                    "properties": {
+                        "assigned": {"const": False},
+                        "retry_after": {"type": "integer", "minimum": 0},
+                        "reason": {"enum": ["no_open_round", "no_assignment"]},
+                        "checkin_id": {"type": "string"},
+                    },
+                },
+                "Busy": {
+                    "type": "object",
+                    "required": ["assigned", "retry_after", "reason"],
+                    "properties": {
+                        "assigned": {"const": False},
+                        "retry_after": {"type": "integer", "minimum": 0},
+                        "reason": {"enum": ["overloaded", "broker_unavailable", "gateway_error"]},
+                    },
+                },
+                "ResultRequest": {
+                    "type": "object",
+                    "required": ["device_id", "job_id", "round_index", "ok", "response_time_s"],
+                    "properties": {
+                        "device_id": {"type": "string", "minLength": 1, "maxLength": 256},
+                        "job_id": {"type": "string", "minLength": 1, "maxLength": 256},
+                        "round_index": {"type": "integer", "minimum": 0},
+                        "ok": {"type": "boolean"},
+                        "response_time_s": {"type": "number", "minimum": 0},
+                        "reason": {"type": ["string", "null"], "maxLength": 1000},
+                    },
+                    "additionalProperties": True,
+                },
+                "ResultAck": {
+                    "type": "object",
+                    "required": ["accepted", "event_id"],
+                    "properties": {
+                        "accepted": {"const": True},
+                        "event_id": {"type": "string"},
+                    },
+                },
+                "Error": {
+                    "type": "object",
+                    "required": ["error", "detail"],
+                    "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
+                },
+                "Health": {
+                    "type": "object",
+                    "required": ["status", "stats"],
+                    "properties": {
+                        "status": {"const": "ok"},
+                        "demand_view_ready": {"type": "boolean"},
+                        "inflight": {"type": "integer"},
+                        "pending": {"type": "integer"},
+                        "stats": {"type": "object"},
+                    },
+                },
+            }
+        },
+    }
