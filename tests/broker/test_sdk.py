@@ -164,7 +164,10 @@ async def test_register_and_round_requests_are_keyed_by_job(broker: str, unique:
         while time.monotonic() < deadline and len(seen) < 2:
             for records in (await consumer.getmany(timeout_ms=200)).values():
                 for r in records:
-                    e = events.decode(r.value)
+                    try:
+                        e = events.decode(r.value)
+                    except events.InvalidEvent:
+                        continue  # other tests' deliberate garbage shares this broker
                     if e.event_id in (reg.event_id, req.event_id):
                         seen[e.event_id] = (r.key, e)
         assert seen[reg.event_id][0] == job.encode()

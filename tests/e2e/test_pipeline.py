@@ -131,6 +131,10 @@ async def test_each_closed_round_closes_once_and_has_one_audit_row(run: DemoResu
             jobs = conn.execute(select(JobAudit.job_id, JobAudit.jct_s)).all()
     finally:
         engine.dispose()
+    # The session database is shared with other tests: look only at this run's jobs.
+    mine = {j.job_id for j in run.jobs}
+    rows = [r for r in rows if r.job_id in mine]
+    jobs = [j for j in jobs if j.job_id in mine]
     assert Counter((r.job_id, r.round_index) for r in rows) == closes
     outcome = {(c.job_id, c.round_index): c.outcome for c in of(run, topics.ROUNDS, RoundClosed)}
     assert {(r.job_id, r.round_index): r.outcome for r in rows} == outcome
