@@ -4,7 +4,7 @@ For each policy, runs the whole pipeline (`run_demo`: broker, Faust scheduler, r
 coordinators, device fleet) and the simulator on the same jobs and the same synthetic
 trace, and prints both average JCTs (trace seconds). Writes docs/bench/fidelity.json.
 
-    python bench/fidelity_bench.py --jobs 6 --rate 1.0 --speedup 12
+    python bench/fidelity_bench.py --jobs 5 --rate 1.5 --speedup 12
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def simulate(jobs, policy: str, rate: float, trace_seed: int, seed: int) -> floa
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=6)
-    ap.add_argument("--rate", type=float, default=1.0)
+    ap.add_argument("--jobs", type=int, default=5)
+    ap.add_argument("--rate", type=float, default=1.5)
     ap.add_argument("--speedup", type=float, default=12.0)
     ap.add_argument("--policies", default="random,venn")
     args = ap.parse_args()

@@ -123,7 +123,7 @@ class Gateway:
             group_id=None,  # every gateway reads every assignment; no group, no rebalances
             enable_auto_commit=False,
             auto_offset_reset="latest",
-            fetch_max_wait_ms=50,
+            fetch_max_wait_ms=self.config.fetch_wait_ms,
         )
         await self.producer.start()
         try:

@@ -61,6 +61,36 @@ def overtake_after(behind: OpenJob, ahead: OpenJob) -> int:
     return max(1, guess + 3)
 
 
+def overtake_after_many(
+    rem_b: np.ndarray,
+    w_b: np.ndarray,
+    idx_b: np.ndarray,
+    rem_a: np.ndarray,
+    w_a: np.ndarray,
+    idx_a: np.ndarray,
+    weighted: bool = True,
+) -> np.ndarray:
+    """``overtake_after`` over arrays of (behind, ahead) pairs, with the same results."""
+    simple = np.maximum(rem_b - rem_a + (idx_b > idx_a), 1)
+    if not weighted:
+        return simple
+    unit = (w_b == 1.0) & (w_a == 1.0)
+    if unit.all():
+        return simple
+    target = rem_a * w_a
+    guess = np.floor(rem_b - target / w_b).astype(np.int64)
+    start = np.maximum(1, guess - 1)
+    out = np.maximum(1, guess + 3)
+    found = np.zeros(len(out), dtype=bool)
+    for step in range(4):
+        n = start + step
+        key = (rem_b - n) * w_b
+        ok = ~found & ((key < target) | ((key == target) & (idx_b < idx_a)))
+        out[ok] = n[ok]
+        found |= ok
+    return np.where(unit, simple, out)
+
+
 def empty_table(num_jobs: int) -> DispatchTable:
     return DispatchTable(
         candidates=np.full((1, 1, 1), -1, dtype=np.int64),

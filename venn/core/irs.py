@@ -41,39 +41,90 @@ def irs_plan(
     demands in ascending order; ``queue_scale`` multiplies a group's queue length
     (the epsilon-fairness knob, 1.0 when absent).
     """
+    items = [(g, q) for g, q in queues.items() if len(q) > 0]
+    groups = np.array([g for g, _ in items], dtype=np.int64)
+    arrays = [np.asarray(q, dtype=np.float64) for _, q in items]
+    return irs_plan_grouped(sig_matrix, supply, groups, arrays, queue_scale)
+
+
+def _is_integral(values: np.ndarray) -> bool:
+    """Whole numbers small enough that any summation order gives the same float."""
+    if values.size == 0:
+        return True
+    return bool(np.all(np.floor(values) == values)) and float(np.abs(values).sum()) < 2.0**52
+
+
+def irs_plan_grouped(
+    sig_matrix: np.ndarray,
+    supply: np.ndarray,
+    groups: np.ndarray,
+    queues: Sequence[np.ndarray],
+    queue_scale: Mapping[int, float] | None = None,
+) -> np.ndarray:
+    """``irs_plan`` over arrays: ``groups`` are distinct group ids, ``queues[i]`` the
+    ascending (non-empty) queue of ``groups[i]``."""
     num_sigs = sig_matrix.shape[0]
     owner = np.full(num_sigs, -1, dtype=np.int64)
-    active = [g for g, q in queues.items() if len(q) > 0]
-    if not active or num_sigs == 0:
+    num = len(groups)
+    if num == 0 or num_sigs == 0:
         return owner
-    scale = queue_scale or {}
-    total = {g: float(supply[sig_matrix[:, g]].sum()) for g in active}
-    breadth = {g: int(sig_matrix[:, g].sum()) for g in active}
+    supply = np.asarray(supply, dtype=np.float64)
+    groups = np.asarray(groups, dtype=np.int64)
+    cols = sig_matrix[:, groups]  # [signatures, active groups]
+    # Whole-number supply (check-in counts) sums exactly in any order, so the matrix
+    # forms below give the same floats as summing each group's signatures on its own.
+    exact = _is_integral(supply)
+    if exact:
+        total = supply @ cols
+    else:
+        total = np.array([supply[cols[:, i]].sum() for i in range(num)], dtype=np.float64)
+    breadth = cols.sum(axis=0)
     # Scarcest first; on equal supply the narrower requirement counts as scarcer, and the
     # group id breaks what is left so the plan is deterministic.
-    ascending = sorted(active, key=lambda g: (total[g], breadth[g], g))
+    rank_of = np.lexsort((groups, breadth, total))  # rank -> position in ``groups``
+    ascending = groups[rank_of]
+    elig = cols[:, rank_of]  # [signatures, rank]
+    # Every signature first goes to the scarcest eligible group.
+    has = elig.any(axis=1)
+    own = np.where(has, elig.argmax(axis=1), -1)  # owner rank per signature
+    if exact:
+        claimed = np.bincount(own[has], weights=supply[has], minlength=num)
+    else:
+        claimed = np.array([supply[own == r].sum() for r in range(num)], dtype=np.float64)
+    scale = queue_scale or {}
+    scales = [scale.get(g, 1.0) for g in ascending.tolist()]
+    qs = [queues[p] for p in rank_of.tolist()]
+    lengths = [len(q) for q in qs]
+    drains: dict[int, float] = {}  # sum of a queue, added in order as ``sum`` does
 
-    for g in ascending:
-        free = sig_matrix[:, g] & (owner < 0)
-        owner[free] = g
-    claimed = {g: float(supply[owner == g].sum()) for g in active}
-
-    for j in reversed(ascending):
-        if claimed[j] <= 0:
+    for j in range(num - 1, 0, -1):
+        cj = float(claimed[j])
+        if cj <= 0:
             continue
-        pos_j = ascending.index(j)
-        for k in reversed(ascending[:pos_j]):
-            overlap = (owner == k) & sig_matrix[:, j]
-            if claimed[k] <= 0 or not overlap.any():
-                continue
-            m_j = affected_queue_length(queues[j], claimed[j], queues[k], claimed[k])
-            m_j_scaled = m_j * scale.get(j, 1.0)
-            m_k_scaled = len(queues[k]) * scale.get(k, 1.0)
-            if m_j_scaled / claimed[j] > m_k_scaled / claimed[k]:
+        col = elig[:, j]
+        # Groups below j that hold part of j's eligible signatures and have supply: the
+        # only ones the loop can move from (a move to j never changes them).
+        counts = np.bincount(own[col], minlength=num)[:j]  # col implies an owner
+        ks = np.flatnonzero((counts > 0) & (claimed[:j] > 0))[::-1].tolist()
+        if not ks:
+            continue
+        elapsed = None
+        for k in ks:
+            ck = float(claimed[k])
+            if elapsed is None:
+                elapsed = np.cumsum(qs[j] / cj)  # sequential, like the running sum
+            drain = drains.get(k)
+            if drain is None:
+                drain = drains[k] = sum(qs[k].tolist())
+            m_j = int(np.searchsorted(elapsed, drain / ck, side="left"))
+            if m_j * scales[j] / cj > lengths[k] * scales[k] / ck:
+                overlap = (own == k) & col
                 moved = float(supply[overlap].sum())
-                owner[overlap] = j
+                own[overlap] = j
                 claimed[j] += moved
                 claimed[k] -= moved
+                cj = float(claimed[j])
+                elapsed = None
             else:
                 break
-    return owner
+    return np.where(own >= 0, ascending[np.maximum(own, 0)], -1)

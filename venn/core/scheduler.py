@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from venn.core.dispatch import NO_LIMIT, DispatchTable, empty_table, overtake_after
+from venn.core.dispatch import NO_LIMIT, DispatchTable, empty_table, overtake_after_many
 from venn.core.eligibility import EligibilityIndex
 from venn.core.fairness import Progress, demand_weight, group_queue_scale, progress_ratio
 from venn.core.matching import TailTracker, TierModel, should_restrict
@@ -291,24 +291,13 @@ class Scheduler:
             self._compile(now)
         return self._table
 
+    def _open_states(self) -> list[JobState]:
+        states = [js for js in self.jobs.values() if js.round_open and js.remaining > 0]
+        states.sort(key=_by_idx)  # already in idx order unless restored out of order
+        return states
+
     def _open_jobs(self, now: float) -> tuple[OpenJob, ...]:
-        open_states = [js for js in self.jobs.values() if js.round_open and js.remaining > 0]
-        open_states.sort(key=lambda js: js.idx)
-        if self.fairness_eps == 0:
-            return tuple(
-                OpenJob(js.idx, js.spec.job_id, js.group, js.remaining) for js in open_states
-            )
-        rhos = self._progress_ratios(open_states, now)
-        return tuple(
-            OpenJob(
-                js.idx,
-                js.spec.job_id,
-                js.group,
-                js.remaining,
-                demand_weight(rhos[js.idx], self.fairness_eps),
-            )
-            for js in open_states
-        )
+        return self._view(now).open_jobs
 
     def _progress_ratios(self, states: list[JobState], now: float) -> dict[int, float]:
         rate = self.supply.rate_per_s()
@@ -326,58 +315,140 @@ class Scheduler:
             out[js.idx] = progress_ratio(p, concurrent)
         return out
 
-    def _view(self, now: float) -> PolicyView:
-        open_jobs = self._open_jobs(now)
-        sig_of_slot = self.index.signature_of_slot
-        num_sigs = self.index.num_signatures
+    def _supply_by_signature(self) -> np.ndarray:
         slot_counts = self.supply.slot_counts(self.index.num_slots)
-        supply = np.bincount(sig_of_slot, weights=slot_counts, minlength=num_sigs)
+        return np.bincount(
+            self.index.signature_of_slot,
+            weights=slot_counts,
+            minlength=self.index.num_signatures,
+        )
+
+    def _build_view(self, now: float) -> tuple[PolicyView, np.ndarray]:
+        """The policy's view of the open jobs, and each one's tier restriction (-1: none)."""
+        states = self._open_states()
+        if states:
+            cols = np.array(
+                [
+                    (js.idx, js.group, js.remaining, -1 if js.tier is None else js.tier)
+                    for js in states
+                ],
+                dtype=np.int64,
+            ).T.copy()
+            idx, group, remaining, tier = cols
+        else:
+            idx = group = remaining = tier = np.zeros(0, dtype=np.int64)
+        weight = None
         scale: dict[int, float] = {}
-        if self.fairness_eps and open_jobs:
+        eps = self.fairness_eps
+        if eps and states:
+            rhos = self._progress_ratios(states, now)
+            weights = [demand_weight(rhos[js.idx], eps) for js in states]
+            weight = np.array(weights, dtype=np.float64)
             by_group: dict[int, list[float]] = {}
-            for j in open_jobs:
-                by_group.setdefault(j.group, []).append(j.weight ** (1 / self.fairness_eps))
-            scale = {g: group_queue_scale(r, self.fairness_eps) for g, r in by_group.items()}
-        return PolicyView(self.index.signature_matrix, supply, open_jobs, scale)
+            for js, w in zip(states, weights, strict=True):
+                by_group.setdefault(js.group, []).append(w ** (1 / eps))
+            scale = {g: group_queue_scale(r, eps) for g, r in by_group.items()}
+        view = PolicyView(
+            self.index.signature_matrix,
+            self._supply_by_signature,
+            idx,
+            group,
+            remaining,
+            weight,
+            scale,
+            lambda: [js.spec.job_id for js in states],
+        )
+        return view, tier
+
+    def _view(self, now: float) -> PolicyView:
+        return self._build_view(now)[0]
 
     def _compile(self, now: float) -> None:
-        view = self._view(now)
+        view, tier = self._build_view(now)
+        policy = self.policy
         if self._replan:
-            self.policy.replan(view)
+            policy.replan(view)
             self.replans += 1
         self.compiles += 1
-        num_sigs = max(1, self.index.num_signatures)
-        v = self.num_tiers
-        width = max(1, len(view.open_jobs))
-        candidates = np.full((num_sigs, v, width), -1, dtype=np.int64)
-        counts = np.zeros((num_sigs, v), dtype=np.int64)
-        budget = np.full(len(self.by_idx), NO_LIMIT, dtype=np.int64)
-        for j in view.open_jobs:
-            budget[j.idx] = j.remaining
-        uniform = self.policy.mode == "uniform"
-        ordered = self.policy.remaining_ordered and not uniform
-        receivers: set[int] = set()
-        pairs: list[tuple[OpenJob, OpenJob]] = []
-        restriction = {js.idx: js.tier for js in self.by_idx if js.tier is not None}
-        for s in range(self.index.num_signatures):
-            sections = self.policy.sections(view, s)
-            for t in range(v):
-                row: list[OpenJob] = []
-                for section in sections:
-                    kept = [j for j in section if restriction.get(j.idx, t) == t]
-                    if ordered:
-                        pairs.extend(zip(kept[1:], kept[:-1], strict=True))
-                    row.extend(kept)
-                counts[s, t] = len(row)
-                candidates[s, t, : len(row)] = [j.idx for j in row]
-                if row:
-                    if uniform:
-                        receivers.update(j.idx for j in row)
-                    else:
-                        receivers.add(row[0].idx)
-        for behind, ahead in pairs:
-            if behind.idx in receivers:
-                budget[behind.idx] = min(budget[behind.idx], overtake_after(behind, ahead))
-        self._table = DispatchTable(candidates, counts, uniform, budget)
+        self._table = self._tabulate(view, tier)
         self._dirty = False
         self._replan = False
+
+    def _tabulate(self, view: PolicyView, tier: np.ndarray) -> DispatchTable:
+        """Compile the policy's preference over ``view`` into a dispatch table.
+
+        Row (s, t) lists the open jobs eligible for signature s and allowed on tier t,
+        section by section in preference order. A job at the head of some row gets a
+        budget: its remaining demand, or fewer if its shrinking demand would overtake the
+        job just ahead of it in some section of any row (ordered policies only).
+        """
+        policy = self.policy
+        num_sigs = view.sig_matrix.shape[0]
+        sigs = max(1, num_sigs)
+        v = self.num_tiers
+        n = len(view)
+        width = max(1, n)
+        uniform = policy.mode == "uniform"
+        budget = np.full(len(self.by_idx), NO_LIMIT, dtype=np.int64)
+        budget[view.idx] = view.remaining
+        if n == 0 or num_sigs == 0:
+            return DispatchTable(
+                np.full((sigs, v, width), -1, dtype=np.int64),
+                np.zeros((sigs, v), dtype=np.int64),
+                uniform,
+                budget,
+            )
+        order = policy.preference(view)
+        if order is None:
+            idx_s, group_s, tier_s = view.idx, view.group, tier
+        else:
+            idx_s, group_s, tier_s = view.idx[order], view.group[order], tier[order]
+        eligible = view.sig_matrix[:, group_s]  # [signatures, jobs in preference order]
+        masks = policy.section_masks(view, group_s)
+        k = 1 if masks is None else len(masks)
+        if masks is None:
+            keep = eligible
+        elif k == 1:
+            keep = eligible & masks[0]
+        else:
+            keep = np.concatenate([eligible & m for m in masks], axis=1)
+        if v > 1:
+            if (tier_s >= 0).any():
+                allowed = (tier_s < 0) | (tier_s == np.arange(v)[:, None])  # [tiers, jobs]
+                if k > 1:
+                    allowed = np.tile(allowed, k)
+                keep = (keep[:, None, :] & allowed[None, :, :]).reshape(sigs * v, k * n)
+            else:
+                keep = np.repeat(keep, v, axis=0)
+        # Row-major nonzero lists each row's entries in order: section, then preference.
+        rows, cols = np.nonzero(keep)
+        counts = np.bincount(rows, minlength=sigs * v)
+        starts = np.cumsum(counts) - counts
+        pos = np.arange(len(rows)) - starts[rows]
+        jobs = cols % n if k > 1 else cols  # position in preference order
+        candidates = np.full((sigs * v, width), -1, dtype=np.int64)
+        candidates[rows, pos] = idx_s[jobs]
+        if policy.remaining_ordered and not uniform and len(rows) > 1:
+            receiver = np.zeros(n, dtype=bool)
+            receiver[jobs[pos == 0]] = True
+            behind, ahead = jobs[1:], jobs[:-1]
+            pair = rows[1:] == rows[:-1]
+            if k > 1:
+                section = cols // n
+                pair &= section[1:] == section[:-1]
+            pair &= receiver[behind]
+            if pair.any():
+                b, a = behind[pair], ahead[pair]
+                rem = view.remaining if order is None else view.remaining[order]
+                w = view.weight if order is None else view.weight[order]
+                limit = overtake_after_many(
+                    rem[b], w[b], idx_s[b], rem[a], w[a], idx_s[a], view.weighted
+                )
+                np.minimum.at(budget, idx_s[b], limit)
+        return DispatchTable(
+            candidates.reshape(sigs, v, width), counts.reshape(sigs, v), uniform, budget
+        )
+
+
+def _by_idx(js: JobState) -> int:
+    return js.idx

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from venn.core.policies.base import PolicyView, Sections, eligible_jobs
+import numpy as np
+
+from venn.core.policies.base import PolicyView, Sections, sections_of
 
 
 class RandomPolicy:
@@ -17,8 +19,14 @@ class RandomPolicy:
     def replan(self, view: PolicyView) -> None:
         return None
 
+    def preference(self, view: PolicyView) -> np.ndarray | None:
+        return None  # idx order
+
+    def section_masks(self, view: PolicyView, groups: np.ndarray) -> list[np.ndarray] | None:
+        return None
+
     def sections(self, view: PolicyView, signature: int) -> Sections:
-        return [eligible_jobs(view, signature)]
+        return sections_of(self, view, signature)
 
 
 class FifoPolicy:
@@ -31,8 +39,14 @@ class FifoPolicy:
     def replan(self, view: PolicyView) -> None:
         return None
 
+    def preference(self, view: PolicyView) -> np.ndarray | None:
+        return None  # idx order is arrival order
+
+    def section_masks(self, view: PolicyView, groups: np.ndarray) -> list[np.ndarray] | None:
+        return None
+
     def sections(self, view: PolicyView, signature: int) -> Sections:
-        return [eligible_jobs(view, signature)]  # open_jobs are in arrival order
+        return sections_of(self, view, signature)
 
 
 class SrsfPolicy:
@@ -45,5 +59,11 @@ class SrsfPolicy:
     def replan(self, view: PolicyView) -> None:
         return None
 
+    def preference(self, view: PolicyView) -> np.ndarray | None:
+        return view.by_key
+
+    def section_masks(self, view: PolicyView, groups: np.ndarray) -> list[np.ndarray] | None:
+        return None
+
     def sections(self, view: PolicyView, signature: int) -> Sections:
-        return [sorted(eligible_jobs(view, signature), key=lambda j: j.order_key)]
+        return sections_of(self, view, signature)

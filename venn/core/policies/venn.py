@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Literal
 
 import numpy as np
 
-from venn.core.irs import irs_plan
-from venn.core.policies.base import OpenJob, PolicyView, Sections, eligible_jobs
+from venn.core.irs import irs_plan_grouped
+from venn.core.policies.base import PolicyView, Sections, sections_of
 
 
 class IrsPolicy:
@@ -24,16 +23,36 @@ class IrsPolicy:
         self.owner = np.zeros(0, dtype=np.int64)
 
     def replan(self, view: PolicyView) -> None:
-        queues: dict[int, list[float]] = defaultdict(list)
-        for j in view.open_jobs:
-            queues[j.group].append(j.remaining * j.weight)
-        for q in queues.values():
-            q.sort()
-        self.owner = irs_plan(view.sig_matrix, view.supply, queues, view.group_scale)
+        n = len(view)
+        if n == 0:
+            self.owner = np.full(view.sig_matrix.shape[0], -1, dtype=np.int64)
+            return
+        keys = view.keys
+        # Each group's queue: its jobs' weighted remaining demands, ascending.
+        order = np.lexsort((keys, view.group))
+        groups = view.group[order]
+        sorted_keys = keys[order]
+        cuts = (np.flatnonzero(groups[1:] != groups[:-1]) + 1).tolist()
+        starts = [0, *cuts]
+        ends = [*cuts, n]
+        queues = [sorted_keys[a:b] for a, b in zip(starts, ends, strict=True)]
+        self.owner = irs_plan_grouped(
+            view.sig_matrix, view.supply, groups[starts], queues, view.group_scale
+        )
+
+    def preference(self, view: PolicyView) -> np.ndarray | None:
+        return view.by_key
+
+    def section_masks(self, view: PolicyView, groups: np.ndarray) -> list[np.ndarray] | None:
+        num_sigs = view.sig_matrix.shape[0]
+        owner = self.owner
+        if len(owner) != num_sigs:
+            pad = np.full(num_sigs, -1, dtype=np.int64)
+            k = min(num_sigs, len(owner))
+            pad[:k] = owner[:k]
+            owner = pad
+        own = groups[None, :] == owner[:, None]
+        return [own, ~own]  # the owner group's jobs, then everyone else eligible
 
     def sections(self, view: PolicyView, signature: int) -> Sections:
-        candidates = sorted(eligible_jobs(view, signature), key=lambda j: j.order_key)
-        owner = int(self.owner[signature]) if signature < len(self.owner) else -1
-        own: list[OpenJob] = [j for j in candidates if j.group == owner]
-        rest: list[OpenJob] = [j for j in candidates if j.group != owner]
-        return [own, rest]
+        return sections_of(self, view, signature)
