@@ -49,6 +49,23 @@ class Settings:
     recorder_group: str = _env(
         "VENN_RECORDER_GROUP", "venn-recorder", "Consumer group id of the audit recorder."
     )
+    policy: str = _env(
+        "VENN_POLICY",
+        "venn",
+        "Scheduling policy: random, fifo, srsf, venn, venn-sched, venn-match.",
+    )
+    seed: int = _env("VENN_SEED", 0, "Seed of the scheduler's deterministic random draws.")
+    scheduler_web_port: int = _env(
+        "VENN_SCHEDULER_WEB_PORT", 0, "Faust web/metrics port of a scheduler worker; 0 = free port."
+    )
+    task_url_base: str = _env(
+        "VENN_TASK_URL_BASE",
+        "http://coordinator.local",
+        "Base of the task URL an assignment gives a device (the job's own server).",
+    )
+    dedupe_window: int = _env(
+        "VENN_DEDUPE_WINDOW", 100000, "Recent event ids a scheduler worker remembers for dedupe."
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -1,8 +1,4 @@
-"""Scheduler-only options on top of the shared `venn.settings.Settings`.
-
-These are read from the environment here because `Settings` does not have them yet;
-they belong there (same names) once the settings owner adds them.
-"""
+"""The scheduler's view of the shared `venn.settings.Settings`."""
 
 from __future__ import annotations
 
@@ -30,14 +26,15 @@ class SchedulerConfig:
         cls, settings: Settings | None = None, environ: Mapping[str, str] | None = None
     ) -> SchedulerConfig:
         env = os.environ if environ is None else environ
+        s = settings or Settings.from_env(env)
         return cls(
-            settings=settings or Settings.from_env(env),
-            policy=env.get("VENN_POLICY", "venn"),
-            seed=int(env.get("VENN_SEED", "0")),
+            settings=s,
+            policy=s.policy,
+            seed=s.seed,
             # 0 = any free port: every worker needs its own (Faust's web server always binds).
-            web_port=int(env.get("VENN_SCHEDULER_WEB_PORT", "0")) or free_port(),
-            task_url_base=env.get("VENN_TASK_URL_BASE", DEFAULT_TASK_URL_BASE).rstrip("/"),
-            dedupe_window=int(env.get("VENN_DEDUPE_WINDOW", "100000")),
+            web_port=s.scheduler_web_port or free_port(),
+            task_url_base=s.task_url_base.rstrip("/"),
+            dedupe_window=s.dedupe_window,
         )
 
     def task_url(self, job_id: str, round_index: int) -> str:
