@@ -92,8 +92,28 @@ def demo(
         raise typer.Exit(1)
 
 
+def prepare(
+    migrate: Annotated[bool, typer.Option(help="also run the DB migrations")] = False,
+) -> None:
+    """Create every topic (scheduler changelogs included) on VENN_BROKER; optionally migrate.
+
+    Run it before any service starts: a broker that auto-creates topics would give them the
+    wrong partition count for Faust.
+    """
+    from venn.stack.local import prepare as prepare_all
+    from venn.stack.local import prepare_topics
+
+    settings = Settings.from_env()
+    if migrate:
+        prepare_all(settings)
+    else:
+        asyncio.run(prepare_topics(settings))
+    Console().print(f"topics ready on {settings.broker}")
+
+
 def register(app: typer.Typer) -> None:
     """Attach the stack commands to the CLI."""
     app.command()(up)
     app.command()(down)
     app.command()(demo)
+    app.command()(prepare)
