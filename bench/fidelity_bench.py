@@ -10,6 +10,7 @@ trace, and prints both average JCTs (trace seconds). Writes docs/bench/fidelity.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def main() -> None:
     rows = {}
     for policy in args.policies.split(","):
         cfg = DemoConfig(policy=policy, jobs=args.jobs, rate_per_s=args.rate, speedup=args.speedup)
-        result = run_demo(cfg)
+        result = asyncio.run(run_demo(cfg))
         sim = simulate(result.jobs, policy, args.rate, cfg.trace_seed, cfg.seed or 0)
         rows[policy] = {
             "pipeline_avg_jct_s": result.avg_jct_s,
