@@ -1,0 +1,429 @@
+"""The device gateway in-process, with a real scheduler worker, on the session's broker.
+
+Topics are shared with the other tests of the run, so every test uses its own job and
+device ids and its own requirement attribute (`cpu_<token>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import Popen
+from typing import Any
+
+import aiohttp
+import jsonschema
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from services.gateway import GatewayConfig, GatewayServer
+from services.scheduler.process import prepare_topics, start_worker, stop_worker
+from venn import events as ev
+from venn.broker import topics
+from venn.broker.embedded import free_port
+from venn.broker.topics import topic_partitions
+from venn.settings import Settings
+
+WAIT_S = 2.0  # see GatewayConfig.wait_s: an idle Faust worker on Tansu reads up to 1.5 s late
+READY_TIMEOUT = 90.0
+
+
+@dataclass
+class Tap:
+    """Producer for job events, plus a reader of venn.assignments and venn.results."""
+
+    bootstrap: str
+    partitions: int
+    producer: AIOKafkaProducer = field(init=False)
+    consumer: AIOKafkaConsumer = field(init=False)
+    assignments: list[ev.Assignment] = field(default_factory=list)
+    results: list[tuple[bytes | None, ev.DeviceResult]] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap)
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None)
+        await self.producer.start()
+        await self.consumer.start()
+        tps = [
+            TopicPartition(t, p)
+            for t in (topics.ASSIGNMENTS, topics.RESULTS)
+            for p in range(self.partitions)
+        ]
+        self.consumer.assign(tps)
+        await self.consumer.seek_to_end(*tps)
+        for tp in tps:
+            await self.consumer.position(tp)
+        self._task = asyncio.create_task(self._read())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.consumer.stop()
+        await self.producer.stop()
+
+    async def _read(self) -> None:
+        while True:
+            for tp, messages in (await self.consumer.getmany(timeout_ms=200)).items():
+                for m in messages:
+                    try:
+                        event = ev.decode(m.value, ev.ALLOWED_ON[tp.topic])
+                    except ev.InvalidEvent:
+                        continue
+                    if isinstance(event, ev.Assignment):
+                        self.assignments.append(event)
+                    elif isinstance(event, ev.DeviceResult):
+                        self.results.append((m.key, event))
+
+    async def send(self, event: ev.Event) -> None:
+        await self.producer.send_and_wait(topics.JOBS, ev.encode(event), key=ev.key_of(event))
+
+    async def open_job(self, job_id: str, attr: str, minimum: float, demand: int) -> None:
+        now = time.time()
+        await self.send(
+            ev.JobRegistered(
+                event_id=f"reg-{job_id}", time=now, job_id=job_id, requirement={attr: minimum},
+                demand=demand, rounds=3, deadline_s=60, workload_s=5,
+            )
+        )  # fmt: skip
+        await self.send(
+            ev.RoundRequested(
+                event_id=f"rr-{job_id}-0", time=now, job_id=job_id, round_index=0, demand=demand
+            )
+        )
+
+    async def finish(self, job_id: str) -> None:
+        now = time.time()
+        await self.producer.send_and_wait(
+            topics.ROUNDS,
+            ev.encode(
+                ev.JobFinished(
+                    event_id=f"fin-{job_id}",
+                    time=now,
+                    job_id=job_id,
+                    rounds_completed=0,
+                    arrival=now,
+                    finished_at=now,
+                    jct_s=0.0,
+                )
+            ),
+            key=job_id.encode(),
+        )
+
+
+@dataclass
+class Stack:
+    tap: Tap
+    server: GatewayServer
+    http: aiohttp.ClientSession
+    settings: Settings
+    worker: Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    async def checkin(
+        self, device_id: str, attrs: dict[str, float], url: str | None = None
+    ) -> tuple[int, dict[str, Any], float]:
+        body = {
+            "device_id": device_id,
+            "attrs": attrs,
+            "speed_ms_per_sample": 60.0,
+            "bandwidth_kbps": 12000.0,
+        }
+        start = time.monotonic()
+        async with self.http.post(f"{url or self.url}/v1/checkin", json=body) as r:
+            payload = await r.json()
+            return r.status, payload, time.monotonic() - start
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s"
+        await asyncio.sleep(0.05)
+
+
+async def _partitions(bootstrap: str, default: int) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return (await topic_partitions(admin)).get(topics.JOBS, default)
+    finally:
+        await admin.close()
+
+
+async def round_open(server: GatewayServer, job_id: str) -> None:
+    """Until the gateway's demand view has seen the job's round open."""
+    jobs = server.gateway.view.jobs
+    await wait_for(lambda: job_id in jobs and jobs[job_id].open, 10)
+
+
+async def assigned(
+    stack: Stack, device: str, attrs: dict[str, float], url: str | None = None
+) -> tuple[dict[str, Any], float]:
+    """Check in until assigned (the scheduler reads venn.jobs and venn.checkins with two
+    agents, so a check-in right after a round request may overtake it)."""
+    for _ in range(5):
+        status, payload, took = await stack.checkin(device, attrs, url)
+        assert status == 200, payload
+        if payload["assigned"]:
+            return payload, took
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{device} was never assigned: {payload}")
+
+
+@pytest.fixture(scope="module")
+async def stack(broker: str, run_dir: Path) -> AsyncIterator[Stack]:
+    partitions = await _partitions(broker, 4)
+    app_id = f"venn-scheduler-gw-{uuid.uuid4().hex[:8]}"
+    settings = Settings(broker=broker, app_id=app_id, topic_partitions=partitions)
+    await prepare_topics(settings)
+    env = {
+        "VENN_BROKER": broker,
+        "VENN_APP_ID": app_id,
+        "VENN_TOPIC_PARTITIONS": str(partitions),
+        "VENN_RUN_DIR": str(run_dir),
+        "VENN_POLICY": "venn",
+        "VENN_SCHEDULER_WEB_PORT": str(free_port()),
+    }
+    tap = Tap(broker, partitions)
+    await tap.start()
+    server = GatewayServer(GatewayConfig(settings, port=0, wait_s=WAIT_S))
+    await server.start()
+    with open(run_dir / f"{app_id}.log", "ab") as log:
+        worker = start_worker(env, log)
+    http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+    s = Stack(tap, server, http, settings, worker)
+    try:
+        # Ready once a probe device is assigned through the whole path.
+        tok = uuid.uuid4().hex[:8]
+        await tap.open_job(f"probe-{tok}", f"cpu_{tok}", 1, demand=1)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            status, payload, _ = await s.checkin(f"probe-{tok}", {f"cpu_{tok}": 2})
+            if status == 200 and payload["assigned"]:
+                break
+            assert time.monotonic() < deadline, "the scheduler never answered"
+            await asyncio.sleep(0.2)
+        await tap.finish(f"probe-{tok}")
+        yield s
+    finally:
+        await http.close()
+        await server.stop()
+        stop_worker(worker, timeout=10)
+        await tap.stop()
+
+
+def _check(doc: dict[str, Any], schema: str, instance: Any) -> None:
+    jsonschema.validate(
+        instance,
+        {"$ref": f"#/components/schemas/{schema}", "components": doc["components"]},
+        cls=jsonschema.Draft202012Validator,
+    )
+
+
+async def test_healthz_and_openapi(stack: Stack) -> None:
+    async with stack.http.get(f"{stack.url}/healthz") as r:
+        assert r.status == 200
+        health = await r.json()
+    assert health["status"] == "ok"
+    assert health["demand_view_ready"] is True
+    assert health["stats"]["assigned"] >= 1  # the readiness probe
+
+    async with stack.http.get(f"{stack.url}/openapi.json") as r:
+        assert r.status == 200
+        assert r.content_type == "application/json"
+        doc = await r.json()
+    assert doc["openapi"].startswith("3.")
+    assert {"/healthz", "/openapi.json", "/v1/checkin", "/v1/results"} <= set(doc["paths"])
+    jsonschema.Draft202012Validator.check_schema(doc["components"]["schemas"]["CheckinRequest"])
+    _check(doc, "Health", health)
+    # Every response of the API document names a schema that exists.
+    refs = [
+        body["schema"]["$ref"]
+        for path in doc["paths"].values()
+        for op in path.values()
+        for resp in op["responses"].values()
+        for body in resp.get("content", {}).values()
+    ]
+    assert refs and all(ref.split("/")[-1] in doc["components"]["schemas"] for ref in refs)
+    # A valid request of the document is accepted; one it forbids is refused.
+    good = {"device_id": "d", "attrs": {"ram": 4}, "speed_ms_per_sample": 1, "bandwidth_kbps": 2}
+    _check(doc, "CheckinRequest", good)
+    with pytest.raises(jsonschema.ValidationError):
+        _check(doc, "CheckinRequest", {"device_id": "d", "attrs": {"ram": "big"}})
+
+
+async def test_bad_input_gets_clear_4xx(stack: Stack) -> None:
+    good = {"device_id": "d", "attrs": {"ram": 4}, "speed_ms_per_sample": 1, "bandwidth_kbps": 2}
+    cases: list[tuple[str, bytes, int, str, str]] = [
+        ("/v1/checkin", b"{not json", 400, "malformed_json", "JSON"),
+        ("/v1/checkin", b"", 400, "malformed_json", "truncated"),
+        ("/v1/checkin", b'{"device_id": "d"}', 422, "invalid_request", "attrs"),
+        ("/v1/checkin", b'{"device_id": 7, "attrs": {}}', 422, "invalid_request", "device_id"),
+        (
+            "/v1/checkin",
+            b'{"device_id": "d", "attrs": {"ram": "4GB"}, "speed_ms_per_sample": 1, '
+            b'"bandwidth_kbps": 2}',
+            422, "invalid_request", "$.attrs",
+        ),
+        (
+            "/v1/checkin",
+            b'{"device_id": "d", "attrs": {}, "speed_ms_per_sample": -1, "bandwidth_kbps": 2}',
+            422, "invalid_request", "speed_ms_per_sample",
+        ),
+        ("/v1/checkin", b"[1, 2]", 422, "invalid_request", "object"),
+        ("/v1/checkin", b'{"pad": "' + b"x" * 20000 + b'"}', 413, "too_large", "limit"),
+        ("/v1/results", b'{"device_id": "d", "job_id": "j"}', 422, "invalid_request",
+         "round_index"),
+        ("/v1/results", b"nope", 400, "malformed_json", "JSON"),
+    ]  # fmt: skip
+    before = stack.server.gateway.stats.checkins
+    for path, body, status, error, fragment in cases:
+        async with stack.http.post(f"{stack.url}{path}", data=body) as r:
+            assert r.status == status, (body[:60], await r.text())
+            payload = await r.json()
+        assert payload["error"] == error
+        assert fragment in payload["detail"], payload
+    assert stack.server.gateway.stats.checkins == before, "a refused body was produced"
+    async with stack.http.get(f"{stack.url}/v1/checkin") as r:
+        assert r.status == 405
+        assert (await r.json())["error"] == "method_not_allowed"
+    # The same body, well formed, is accepted.
+    status, payload, _ = await stack.checkin(good["device_id"], good["attrs"])  # type: ignore[arg-type]
+    assert status == 200 and payload["assigned"] is False
+
+
+async def test_eligible_gets_assignment_ineligible_gets_retry_after(stack: Stack) -> None:
+    tok = uuid.uuid4().hex[:8]
+    attr, job_id = f"cpu_{tok}", f"job-{tok}"
+    await stack.tap.open_job(job_id, attr, 1.0, demand=2)
+    await round_open(stack.server, job_id)
+
+    payload, took = await assigned(stack, f"dev-{tok}", {attr: 3.0, "ram": 4})
+    assert payload["job_id"] == job_id and payload["round_index"] == 0
+    assert payload["task_url"].endswith(f"/jobs/{job_id}/rounds/0/task")
+    assert took < WAIT_S
+    # The scheduler's Assignment names the gateway's check-in event.
+    await wait_for(lambda: any(a.job_id == job_id for a in stack.tap.assignments))
+    (a,) = [a for a in stack.tap.assignments if a.job_id == job_id]
+    assert a.event_id.startswith(f"asg:{payload['checkin_id']}:") and a.device_id == f"dev-{tok}"
+
+    # Too weak for every open round: answered at once from the demand view.
+    status, payload, took = await stack.checkin(f"weak-{tok}", {attr: 0.5})
+    assert (status, payload["assigned"], payload["reason"]) == (200, False, "no_open_round")
+    assert payload["retry_after"] == stack.server.config.retry_after_s
+    assert took < 0.5
+
+    # Eligible, demand left, but it already holds an assignment: the scheduler stays silent
+    # and the gateway answers when its bound expires, not later.
+    status, payload, took = await stack.checkin(f"dev-{tok}", {attr: 3.0, "ram": 4})
+    assert (status, payload["assigned"], payload["reason"]) == (200, False, "no_assignment")
+    assert WAIT_S * 0.9 <= took < WAIT_S + 0.5
+    await stack.tap.finish(job_id)
+
+
+async def test_result_upload_produces_device_result_and_releases(stack: Stack) -> None:
+    tok = uuid.uuid4().hex[:8]
+    attr, job_id, device = f"cpu_{tok}", f"job-{tok}", f"dev-{tok}"
+    await stack.tap.open_job(job_id, attr, 1.0, demand=3)
+    await round_open(stack.server, job_id)
+    payload, _ = await assigned(stack, device, {attr: 2.0})
+
+    body = {
+        "device_id": device,
+        "job_id": job_id,
+        "round_index": payload["round_index"],
+        "ok": True,
+        "response_time_s": 4.5,
+    }
+    async with stack.http.post(f"{stack.url}/v1/results", json=body) as r:
+        assert r.status == 202
+        ack = await r.json()
+    assert ack == {"accepted": True, "event_id": f"res:{job_id}:0:{device}"}
+    await wait_for(lambda: any(e.job_id == job_id for _, e in stack.tap.results))
+    ((key, result),) = [(k, e) for k, e in stack.tap.results if e.job_id == job_id]
+    assert key == job_id.encode()
+    assert (result.device_id, result.round_index, result.ok) == (device, 0, True)
+    assert result.response_time_s == 4.5 and result.event_id == ack["event_id"]
+
+    # The result released the device: it can be assigned again.
+    await wait_for(lambda: any(e.event_id == ack["event_id"] for _, e in stack.tap.results))
+    await assigned(stack, device, {attr: 2.0})
+    await stack.tap.finish(job_id)
+
+
+async def test_late_assignment_is_released(stack: Stack) -> None:
+    """A check-in answered before its assignment arrives: the gateway releases it with a
+    failed DeviceResult, so the device is not held by a task it never received."""
+    tok = uuid.uuid4().hex[:8]
+    attr, job_id, device = f"cpu_{tok}", f"job-{tok}", f"dev-{tok}"
+    config = GatewayConfig(stack.settings, port=0, wait_s=0.01)
+    hasty = GatewayServer(config)
+    await hasty.start()
+    try:
+        await stack.tap.open_job(job_id, attr, 1.0, demand=3)
+        await round_open(hasty, job_id)
+        await round_open(stack.server, job_id)
+        await asyncio.sleep(2.0)  # the scheduler's jobs agent may read the round 1.5 s late
+        status, payload, _ = await stack.checkin(device, {attr: 2.0}, url=hasty.url)
+        assert (status, payload["reason"]) == (200, "no_assignment"), payload
+        released = f"undelivered:asg:{payload['checkin_id']}:{job_id}:0"
+        await wait_for(lambda: any(e.event_id == released for _, e in stack.tap.results))
+        ((_, result),) = [(k, e) for k, e in stack.tap.results if e.event_id == released]
+        assert (result.ok, result.device_id, result.job_id) == (False, device, job_id)
+        assert hasty.gateway.stats.late_released == 1
+        # Released: the scheduler assigns the device again (through the patient gateway).
+        await assigned(stack, device, {attr: 2.0})
+    finally:
+        await hasty.stop()
+        await stack.tap.finish(job_id)
+
+
+async def test_overload_answers_429_at_once(stack: Stack) -> None:
+    tok = uuid.uuid4().hex[:8]
+    attr, job_id, device = f"cpu_{tok}", f"job-{tok}", f"dev-{tok}"
+    config = GatewayConfig(stack.settings, port=0, wait_s=0.8, max_inflight=2)
+    small = GatewayServer(config)
+    await small.start()
+    try:
+        await stack.tap.open_job(job_id, attr, 1.0, demand=5)
+        await round_open(small, job_id)
+        await assigned(stack, device, {attr: 2.0}, url=small.url)
+        # The same device again, 10 at once: it holds an assignment, so every admitted
+        # check-in waits out the bound; only 2 may be in flight.
+        start = time.monotonic()
+
+        async def one() -> tuple[int, dict[str, Any], float, str | None]:
+            t0 = time.monotonic()
+            body = {"device_id": device, "attrs": {attr: 2.0}, "speed_ms_per_sample": 1,
+                    "bandwidth_kbps": 1}  # fmt: skip
+            async with stack.http.post(f"{small.url}/v1/checkin", json=body) as r:
+                return r.status, await r.json(), time.monotonic() - t0, r.headers.get("Retry-After")
+
+        answers = await asyncio.gather(*(one() for _ in range(10)))
+        total = time.monotonic() - start
+        statuses = sorted(s for s, *_ in answers)
+        assert statuses == [200] * 2 + [429] * 8
+        for status, payload, took, retry_header in answers:
+            assert payload["assigned"] is False
+            if status == 429:
+                assert payload["reason"] == "overloaded" and took < 0.5
+                assert retry_header == str(config.busy_retry_after_s) == str(payload["retry_after"])
+            else:
+                assert payload["reason"] == "no_assignment"
+        assert total < config.wait_s + 0.5
+        assert small.gateway.stats.overloaded == 8
+    finally:
+        await small.stop()
+        await stack.tap.finish(job_id)
