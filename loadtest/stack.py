@@ -1,0 +1,244 @@
+"""An embedded stack to load-test: broker, scheduler, gateway(s) and coordinators.
+
+`LoadStack` starts a private Tansu broker (or uses `broker=`), creates the topics, starts
+one scheduler worker and the gateway (`python -m services.gateway`, optionally several
+processes sharing the port), and runs coordinators in-process for one job per paper
+requirement tier, each asking for round after round (demand `demand`, deadline
+`deadline_s`), so check-ins keep finding open rounds. Ready once a probe device has been
+assigned through the whole HTTP path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+from services.coordinator.runner import JobOutcome, run_coordinator
+from services.scheduler.process import prepare_topics, start_worker, stop_worker
+from venn.broker.embedded import EmbeddedBroker, free_port
+from venn.core.model import JobSpec
+from venn.settings import Settings
+from venn.traces.devices import load_device_profiles
+from venn.workloads.loader import tier_requirements
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    run_dir: Path
+    broker: str | None = None
+    """Use this broker instead of starting one (its Venn topics must not exist yet, or
+    have `partitions` partitions)."""
+    partitions: int = 4
+    demand: int = 50
+    deadline_s: float = 10.0
+    wait_s: float = 2.0
+    gateway_workers: int = 1
+    gateway_env: dict[str, str] = field(default_factory=dict)
+    policy: str = "venn"
+    ready_timeout_s: float = 90.0
+
+
+def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json"} if data else {}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read() or b"{}")
+
+
+class LoadStack:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.run_dir = config.run_dir
+        self.broker: EmbeddedBroker | None = None
+        self.scheduler: subprocess.Popen[bytes] | None = None
+        self.gateway: subprocess.Popen[bytes] | None = None
+        self.gateway_port = free_port()
+        self.settings: Settings | None = None
+        self._stop = asyncio.Event()
+        self._coordinator: asyncio.Task[dict[str, JobOutcome]] | None = None
+        self._logs: list[IO[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.settings is not None
+        return self.settings.broker
+
+    def env(self) -> dict[str, str]:
+        assert self.settings is not None
+        return {
+            **self.settings.as_env(),
+            "VENN_POLICY": self.config.policy,
+            "VENN_SCHEDULER_WEB_PORT": str(free_port()),
+            "VENN_GATEWAY_WAIT_S": str(self.config.wait_s),
+            **self.config.gateway_env,
+        }
+
+    def _log(self, name: str) -> IO[bytes]:
+        log = open(self.run_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._logs.append(log)
+        return log
+
+    async def start(self) -> Self:
+        cfg = self.config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        bootstrap = cfg.broker
+        if bootstrap is None:
+            self.broker = EmbeddedBroker(log_path=self.run_dir / "broker.log").start()
+            bootstrap = self.broker.bootstrap
+        self.settings = Settings(
+            broker=bootstrap,
+            run_dir=str(self.run_dir),
+            topic_partitions=cfg.partitions,
+            app_id=f"venn-scheduler-lt-{uuid.uuid4().hex[:6]}",
+            gateway_port=self.gateway_port,
+        )
+        await prepare_topics(self.settings)
+        env = self.env()
+        self.scheduler = start_worker(env, self._log("scheduler"))
+        self.gateway = subprocess.Popen(
+            [sys.executable, "-m", "services.gateway", "--workers", str(cfg.gateway_workers)],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log("gateway"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its worker children get the stop signal with it
+        )
+        jobs = [
+            JobSpec(
+                f"lt-tier{tier}-{uuid.uuid4().hex[:4]}",
+                requirement,
+                demand=cfg.demand,
+                rounds=1_000_000,
+                deadline=cfg.deadline_s,
+                workload_s=1.0,
+                tier=tier,
+            )
+            for tier, requirement in sorted(tier_requirements().items())
+        ]
+        self.jobs = jobs
+        self._coordinator = asyncio.create_task(
+            run_coordinator(self.settings, jobs, 1.0, self._stop)
+        )
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _wait_ready(self) -> None:
+        """Until a probe device (eligible everywhere) is assigned through the gateway."""
+        profiles = load_device_profiles()
+        best = max(range(len(profiles)), key=lambda i: len(profiles.tiers_met[i]))
+        attrs = {k: v for k, v in profiles.attrs[best].items() if k != "speed_ms_per_sample"}
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        n = 0
+        while True:
+            self._check_alive()
+            if self._coordinator is not None and self._coordinator.done():
+                self._coordinator.result()  # raises what stopped it
+                raise RuntimeError("the coordinators stopped")
+            n += 1
+            body = {
+                "device_id": f"probe-{n}",
+                "attrs": attrs,
+                "speed_ms_per_sample": 60.0,
+                "bandwidth_kbps": 12000.0,
+            }
+            try:
+                answer = await asyncio.to_thread(http_json, f"{self.url}/v1/checkin", body)
+            except OSError:
+                answer = None  # not listening yet
+            if isinstance(answer, dict) and answer.get("assigned"):
+                result = {
+                    "device_id": body["device_id"],
+                    "job_id": answer["job_id"],
+                    "round_index": answer["round_index"],
+                    "ok": True,
+                    "response_time_s": 0.1,
+                }
+                await asyncio.to_thread(http_json, f"{self.url}/v1/results", result)
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the stack was not ready in {self.config.ready_timeout_s} s "
+                    f"(last answer {answer}); see the logs in {self.run_dir}"
+                )
+            await asyncio.sleep(0.2)
+
+    def _check_alive(self) -> None:
+        for name, proc in (("scheduler", self.scheduler), ("gateway", self.gateway)):
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(
+                    f"the {name} exited with {proc.returncode}; see {self.run_dir}/{name}.log"
+                )
+
+    def gateway_health(self) -> dict[str, Any]:
+        health: dict[str, Any] = http_json(f"{self.url}/healthz")
+        return health
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._coordinator is not None:
+            try:
+                await asyncio.wait_for(self._coordinator, 15)
+            except Exception:  # a coordinator that fails to stop must not block teardown
+                self._coordinator.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._coordinator
+            self._coordinator = None
+        if self.gateway is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.gateway.pid, signal.SIGTERM)
+            try:
+                self.gateway.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.gateway.pid, signal.SIGKILL)
+                self.gateway.wait()
+            self.gateway = None
+        if self.scheduler is not None:
+            stop_worker(self.scheduler, timeout=10)
+            self.scheduler = None
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
