@@ -51,6 +51,9 @@ class StackConfig:
     gateway_env: dict[str, str] = field(default_factory=dict)
     policy: str = "venn"
     ready_timeout_s: float = 90.0
+    scheduler_fetch_wait_ms: int | None = None
+    """Run the scheduler with this consumer fetch wait (`loadtest.scheduler_fetchwait`)
+    instead of Faust's 1,500 ms; None = the stock scheduler."""
 
 
 def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
@@ -118,7 +121,21 @@ class LoadStack:
         )
         await prepare_topics(self.settings)
         env = self.env()
-        self.scheduler = start_worker(env, self._log("scheduler"))
+        if cfg.scheduler_fetch_wait_ms is None:
+            self.scheduler = start_worker(env, self._log("scheduler"))
+        else:
+            self.scheduler = subprocess.Popen(
+                [sys.executable, "-m", "loadtest.scheduler_fetchwait", "worker", "-l", "warn"],
+                cwd=ROOT,
+                env={
+                    **os.environ,
+                    **env,
+                    "VENN_SCHEDULER_FETCH_WAIT_MS": str(cfg.scheduler_fetch_wait_ms),
+                },
+                stdin=subprocess.DEVNULL,
+                stdout=self._log("scheduler"),
+                stderr=subprocess.STDOUT,
+            )
         self.gateway = subprocess.Popen(
             [sys.executable, "-m", "services.gateway", "--workers", str(cfg.gateway_workers)],
             cwd=ROOT,
