@@ -71,8 +71,13 @@ def service_env(settings: Settings, policy: str, seed: int) -> dict[str, str]:
     return {**settings.as_env(), "VENN_POLICY": policy, "VENN_SEED": str(seed)}
 
 
+def gateway_spec() -> ServiceSpec:
+    """The device gateway (services.gateway): HTTP on 127.0.0.1:VENN_GATEWAY_PORT."""
+    return ServiceSpec("gateway", ("-m", "services.gateway", "--log-level", "WARNING"))
+
+
 def default_services() -> list[ServiceSpec]:
-    return [scheduler_spec(), recorder_spec()]
+    return [scheduler_spec(), recorder_spec(), gateway_spec()]
 
 
 async def wait_scheduler_ready(settings: Settings, timeout: float = 60.0) -> bool:
