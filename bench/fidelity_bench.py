@@ -4,7 +4,7 @@ For each policy, runs the whole pipeline (`run_demo`: broker, Faust scheduler, r
 coordinators, device fleet) and the simulator on the same jobs and the same synthetic
 trace, and prints both average JCTs (trace seconds). Writes docs/bench/fidelity.json.
 
-    python bench/fidelity_bench.py --jobs 5 --rate 1.5 --speedup 12
+    python bench/fidelity_bench.py --jobs 6 --rate 1.0 --arrival-scale 0.01 --speedup 12
 """
 
 from __future__ import annotations
@@ -37,14 +37,21 @@ def simulate(jobs, policy: str, rate: float, trace_seed: int, seed: int) -> floa
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=5)
-    ap.add_argument("--rate", type=float, default=1.5)
+    ap.add_argument("--jobs", type=int, default=6)
+    ap.add_argument("--rate", type=float, default=1.0)
+    ap.add_argument("--arrival-scale", type=float, default=0.01)
     ap.add_argument("--speedup", type=float, default=12.0)
     ap.add_argument("--policies", default="random,venn")
     args = ap.parse_args()
     rows = {}
     for policy in args.policies.split(","):
-        cfg = DemoConfig(policy=policy, jobs=args.jobs, rate_per_s=args.rate, speedup=args.speedup)
+        cfg = DemoConfig(
+            policy=policy,
+            jobs=args.jobs,
+            rate_per_s=args.rate,
+            speedup=args.speedup,
+            arrival_scale=args.arrival_scale,
+        )
         result = asyncio.run(run_demo(cfg))
         sim = simulate(result.jobs, policy, args.rate, cfg.trace_seed, cfg.seed or 0)
         rows[policy] = {
@@ -54,7 +61,7 @@ def main() -> None:
             "simulator_avg_jct_s": sim,
             "wall_s": result.wall_s,
         }
-    table = Table(title=f"Average JCT (trace s), {args.jobs} demo jobs, {args.rate}/s check-ins")
+    table = Table(title=f"Average JCT (trace s): {args.jobs} demo jobs, {args.rate}/s check-ins")
     for col in ("policy", "pipeline", "simulator", "pipeline wall s"):
         table.add_column(col, justify="right")
     for policy, r in rows.items():
