@@ -50,13 +50,20 @@ class DispatchTable:
 
 def overtake_after(behind: OpenJob, ahead: OpenJob) -> int:
     """Assignments to ``behind`` after which it would be ordered before ``ahead``."""
-    if behind.weight == ahead.weight == 1.0:
-        n = behind.remaining - ahead.remaining + (0 if behind.idx < ahead.idx else 1)
+    return overtake_count(
+        behind.remaining, behind.weight, behind.idx, ahead.remaining, ahead.weight, ahead.idx
+    )
+
+
+def overtake_count(rem_b: int, w_b: float, idx_b: int, rem_a: int, w_a: float, idx_a: int) -> int:
+    """``overtake_after`` on plain values (behind: ``*_b``, ahead: ``*_a``)."""
+    if w_b == w_a == 1.0:
+        n = rem_b - rem_a + (0 if idx_b < idx_a else 1)
         return max(1, n)
-    target = (ahead.remaining * ahead.weight, ahead.idx)
-    guess = int(np.floor(behind.remaining - ahead.remaining * ahead.weight / behind.weight))
+    target = (rem_a * w_a, idx_a)
+    guess = int(np.floor(rem_b - rem_a * w_a / w_b))
     for n in range(max(1, guess - 1), max(1, guess - 1) + 4):
-        if ((behind.remaining - n) * behind.weight, behind.idx) < target:
+        if ((rem_b - n) * w_b, idx_b) < target:
             return n
     return max(1, guess + 3)
 

@@ -42,9 +42,9 @@ def irs_plan(
     (the epsilon-fairness knob, 1.0 when absent).
     """
     items = [(g, q) for g, q in queues.items() if len(q) > 0]
-    groups = np.array([g for g, _ in items], dtype=np.int64)
-    arrays = [np.asarray(q, dtype=np.float64) for _, q in items]
-    return irs_plan_grouped(sig_matrix, supply, groups, arrays, queue_scale)
+    return irs_plan_grouped(
+        sig_matrix, supply, [g for g, _ in items], [q for _, q in items], queue_scale
+    )
 
 
 def _is_integral(values: np.ndarray) -> bool:
@@ -54,15 +54,108 @@ def _is_integral(values: np.ndarray) -> bool:
     return bool(np.all(np.floor(values) == values)) and float(np.abs(values).sum()) < 2.0**52
 
 
+SMALL_CELLS = 256  # signatures x groups up to which plain Python beats numpy
+SMALL_JOBS = 128
+
+
 def irs_plan_grouped(
+    sig_matrix: np.ndarray,
+    supply: np.ndarray,
+    groups: Sequence[int] | np.ndarray,
+    queues: Sequence[Sequence[float]],
+    queue_scale: Mapping[int, float] | None = None,
+) -> np.ndarray:
+    """``irs_plan`` over sequences: ``groups`` are distinct group ids, ``queues[i]`` the
+    ascending (non-empty) queue of ``groups[i]``."""
+    num_sigs = sig_matrix.shape[0]
+    num = len(groups)
+    if num == 0 or num_sigs == 0:
+        return np.full(num_sigs, -1, dtype=np.int64)
+    if num_sigs * num <= SMALL_CELLS and sum(len(q) for q in queues) <= SMALL_JOBS:
+        sup = np.asarray(supply, dtype=np.float64).tolist()
+        if all(x.is_integer() for x in sup) and sum(abs(x) for x in sup) < 2.0**52:
+            owner = _plan_small(
+                sig_matrix.tolist(),
+                sup,
+                [int(g) for g in groups],
+                [list(q) for q in queues],
+                queue_scale or {},
+            )
+            return np.array(owner, dtype=np.int64)
+    return _plan_numpy(
+        sig_matrix,
+        supply,
+        np.asarray(groups, dtype=np.int64),
+        [np.asarray(q, dtype=np.float64) for q in queues],
+        queue_scale,
+    )
+
+
+def _plan_small(
+    rows: list[list[bool]],
+    supply: list[float],
+    groups: list[int],
+    queues: list[list[float]],
+    scale: Mapping[int, float],
+) -> list[int]:
+    """The plan in plain Python for small instances (whole-number supply: exact sums)."""
+    num_sigs = len(rows)
+    sigs = range(num_sigs)
+    queue = dict(zip(groups, queues, strict=True))
+    total: dict[int, float] = {}
+    breadth: dict[int, int] = {}
+    for g in groups:
+        t = 0.0
+        b = 0
+        for s in sigs:
+            if rows[s][g]:
+                t += supply[s]
+                b += 1
+        total[g] = t
+        breadth[g] = b
+    ascending = sorted(groups, key=lambda g: (total[g], breadth[g], g))
+    owner = [-1] * num_sigs
+    for g in ascending:
+        for s in sigs:
+            if owner[s] < 0 and rows[s][g]:
+                owner[s] = g
+    claimed = dict.fromkeys(groups, 0.0)
+    for s in sigs:
+        if owner[s] >= 0:
+            claimed[owner[s]] += supply[s]
+    for pos_j in range(len(ascending) - 1, 0, -1):
+        j = ascending[pos_j]
+        if claimed[j] <= 0:
+            continue
+        for pos_k in range(pos_j - 1, -1, -1):
+            k = ascending[pos_k]
+            if claimed[k] <= 0:
+                continue
+            overlap = [s for s in sigs if owner[s] == k and rows[s][j]]
+            if not overlap:
+                continue
+            m_j = affected_queue_length(queue[j], claimed[j], queue[k], claimed[k])
+            m_j_scaled = m_j * scale.get(j, 1.0)
+            m_k_scaled = len(queue[k]) * scale.get(k, 1.0)
+            if m_j_scaled / claimed[j] > m_k_scaled / claimed[k]:
+                moved = 0.0
+                for s in overlap:
+                    moved += supply[s]
+                    owner[s] = j
+                claimed[j] += moved
+                claimed[k] -= moved
+            else:
+                break
+    return owner
+
+
+def _plan_numpy(
     sig_matrix: np.ndarray,
     supply: np.ndarray,
     groups: np.ndarray,
     queues: Sequence[np.ndarray],
     queue_scale: Mapping[int, float] | None = None,
 ) -> np.ndarray:
-    """``irs_plan`` over arrays: ``groups`` are distinct group ids, ``queues[i]`` the
-    ascending (non-empty) queue of ``groups[i]``."""
     num_sigs = sig_matrix.shape[0]
     owner = np.full(num_sigs, -1, dtype=np.int64)
     num = len(groups)

@@ -12,10 +12,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
-from venn.core.dispatch import NO_LIMIT, DispatchTable, empty_table, overtake_after_many
+from venn.core.dispatch import (
+    NO_LIMIT,
+    DispatchTable,
+    empty_table,
+    overtake_after_many,
+    overtake_count,
+)
 from venn.core.eligibility import EligibilityIndex
 from venn.core.fairness import Progress, demand_weight, group_queue_scale, progress_ratio
 from venn.core.matching import TailTracker, TierModel, should_restrict
@@ -24,6 +31,7 @@ from venn.core.policies.base import OpenJob, Policy, PolicyView
 from venn.core.supply import SupplyWindow
 
 _MASK64 = (1 << 64) - 1
+SMALL_TABLE = 2048  # jobs x rows x sections up to which plain Python compiles faster
 
 
 def _splitmix(*parts: int) -> int:
@@ -91,6 +99,7 @@ class Scheduler:
         self._table = empty_table(0)
         self._dirty = True
         self._replan = True
+        self._bits_cache: tuple | None = None
         self.compiles = 0
         self.replans = 0
 
@@ -293,7 +302,7 @@ class Scheduler:
 
     def _open_states(self) -> list[JobState]:
         states = [js for js in self.jobs.values() if js.round_open and js.remaining > 0]
-        states.sort(key=_by_idx)  # already in idx order unless restored out of order
+        states.sort(key=_BY_IDX)  # already in idx order unless restored out of order
         return states
 
     def _open_jobs(self, now: float) -> tuple[OpenJob, ...]:
@@ -323,27 +332,16 @@ class Scheduler:
             minlength=self.index.num_signatures,
         )
 
-    def _build_view(self, now: float) -> tuple[PolicyView, np.ndarray]:
+    def _build_view(self, now: float) -> tuple[PolicyView, list[int]]:
         """The policy's view of the open jobs, and each one's tier restriction (-1: none)."""
         states = self._open_states()
-        if states:
-            cols = np.array(
-                [
-                    (js.idx, js.group, js.remaining, -1 if js.tier is None else js.tier)
-                    for js in states
-                ],
-                dtype=np.int64,
-            ).T.copy()
-            idx, group, remaining, tier = cols
-        else:
-            idx = group = remaining = tier = np.zeros(0, dtype=np.int64)
-        weight = None
+        tiers = [-1 if js.tier is None else js.tier for js in states]
+        weights = None
         scale: dict[int, float] = {}
         eps = self.fairness_eps
         if eps and states:
             rhos = self._progress_ratios(states, now)
             weights = [demand_weight(rhos[js.idx], eps) for js in states]
-            weight = np.array(weights, dtype=np.float64)
             by_group: dict[int, list[float]] = {}
             for js, w in zip(states, weights, strict=True):
                 by_group.setdefault(js.group, []).append(w ** (1 / eps))
@@ -351,67 +349,223 @@ class Scheduler:
         view = PolicyView(
             self.index.signature_matrix,
             self._supply_by_signature,
-            idx,
-            group,
-            remaining,
-            weight,
+            [js.idx for js in states],
+            [js.group for js in states],
+            [js.remaining for js in states],
+            weights,
             scale,
             lambda: [js.spec.job_id for js in states],
         )
-        return view, tier
+        return view, tiers
 
     def _view(self, now: float) -> PolicyView:
         return self._build_view(now)[0]
 
     def _compile(self, now: float) -> None:
-        view, tier = self._build_view(now)
+        view, tiers = self._build_view(now)
         policy = self.policy
         if self._replan:
             policy.replan(view)
             self.replans += 1
         self.compiles += 1
-        self._table = self._tabulate(view, tier)
+        self._table = self._tabulate(view, tiers)
         self._dirty = False
         self._replan = False
 
-    def _tabulate(self, view: PolicyView, tier: np.ndarray) -> DispatchTable:
+    def _tabulate(self, view: PolicyView, tiers: list[int]) -> DispatchTable:
         """Compile the policy's preference over ``view`` into a dispatch table.
 
         Row (s, t) lists the open jobs eligible for signature s and allowed on tier t,
-        section by section in preference order. A job at the head of some row gets a
-        budget: its remaining demand, or fewer if its shrinking demand would overtake the
-        job just ahead of it in some section of any row (ordered policies only).
+        section by section in preference order (the whole row for a uniform pick, its
+        head otherwise). A job at the head of some row gets a budget: its remaining
+        demand, or fewer if its shrinking demand would overtake the job just ahead of it
+        in some section of any row (ordered policies only).
         """
         policy = self.policy
-        num_sigs = view.sig_matrix.shape[0]
+        num_sigs = view.num_signatures
         sigs = max(1, num_sigs)
         v = self.num_tiers
         n = len(view)
-        width = max(1, n)
         uniform = policy.mode == "uniform"
+        width = max(1, n) if uniform else 1
         budget = np.full(len(self.by_idx), NO_LIMIT, dtype=np.int64)
-        budget[view.idx] = view.remaining
         if n == 0 or num_sigs == 0:
+            if n:
+                budget[view.idx_list] = view.remaining_list
             return DispatchTable(
                 np.full((sigs, v, width), -1, dtype=np.int64),
                 np.zeros((sigs, v), dtype=np.int64),
                 uniform,
                 budget,
             )
-        order = policy.preference(view)
-        if order is None:
-            idx_s, group_s, tier_s = view.idx, view.group, tier
-        else:
-            idx_s, group_s, tier_s = view.idx[order], view.group[order], tier[order]
+        table = policy.section_table(view)
+        k = 1 if table is None else policy.num_sections
+        if n * sigs * v * k <= SMALL_TABLE:
+            return self._tabulate_small(view, tiers, table, k, budget)
+        return self._tabulate_numpy(view, tiers, table, k, budget)
+
+    def _class_bits(self, table: np.ndarray | None, v: int, k: int) -> dict:
+        """Per (group, tier restriction): the bit set of the row sections it is in.
+
+        Bit ``(s * v + t) * k + section`` stands for section ``section`` of row (s, t).
+        Cached while the eligibility and section tables stay the same objects.
+        """
+        cache = self._bits_cache
+        sig_matrix = self.index.signature_matrix
+        if cache is not None and cache[0] is sig_matrix and cache[1] is table and cache[2] == v:
+            return cache[3]
+        classes: dict = {}
+        self._bits_cache = (
+            sig_matrix,
+            table,
+            v,
+            classes,
+            sig_matrix.tolist(),
+            None if table is None else table.tolist(),
+            k,
+            [sum(1 << (r * k + sec) for r in range(sig_matrix.shape[0] * v)) for sec in range(k)],
+        )
+        return classes
+
+    def _bits_of(self, group: int, tier: int) -> tuple[int, list[int]]:
+        _, _, v, classes, rows, sections, k, _ = self._bits_cache
+        tier_bits = 0
+        for t in range(v) if tier < 0 else (tier,):
+            tier_bits |= 1 << (t * k)
+        bits = 0
+        stride = v * k
+        for s, row in enumerate(rows):
+            if row[group]:
+                bits |= tier_bits << (s * stride + (sections[s][group] if sections else 0))
+        members = []
+        b = bits
+        while b:
+            low = b & -b
+            members.append((low.bit_length() - 1) // k)
+            b ^= low
+        classes[(group, tier)] = entry = (bits, members)
+        return entry
+
+    def _tabulate_small(
+        self,
+        view: PolicyView,
+        tiers: list[int],
+        table: np.ndarray | None,
+        k: int,
+        budget: np.ndarray,
+    ) -> DispatchTable:
+        """``_tabulate`` in plain Python over bit sets (fast for small instances)."""
+        policy = self.policy
+        sigs = view.num_signatures
+        v = self.num_tiers
+        n = len(view)
+        num_rows = sigs * v
+        idx = view.idx_list
+        group = view.group_list
+        remaining = view.remaining_list
+        budget[idx] = remaining
+        order = view.order_list(policy.ordering)
+        classes = self._class_bits(table, v, k)
+        bits: list[int] = []  # row-section bit set of each job, in preference order
+        per_class: dict[tuple[int, int], int] = {}
+        for p in order:
+            key = (group[p], tiers[p])
+            entry = classes.get(key)
+            if entry is None:
+                entry = self._bits_of(*key)
+            bits.append(entry[0])
+            per_class[key] = per_class.get(key, 0) + 1
+        if policy.mode == "uniform":
+            flat: list[int] = []
+            counts = []
+            for r in range(num_rows):
+                row: list[int] = []
+                for sec in range(k):
+                    bit = 1 << (r * k + sec)
+                    row.extend([idx[order[q]] for q in range(n) if bits[q] & bit])
+                counts.append(len(row))
+                flat.extend(row)
+                flat.extend([-1] * (n - len(row)))
+            return DispatchTable(
+                np.array(flat, dtype=np.int64).reshape(sigs, v, n),
+                np.array(counts, dtype=np.int64).reshape(sigs, v),
+                True,
+                budget,
+            )
+        counts = [0] * num_rows
+        for key, c in per_class.items():
+            for r in classes[key][1]:
+                counts[r] += c
+        head = [-1] * num_rows  # position in preference order of each row's first job
+        section_bits = self._bits_cache[7]
+        done = 0  # rows with a head, as their section-0 bits
+        for sec in range(k):
+            want = section_bits[sec] & ~(done << sec)
+            if not want:
+                break
+            for q, b in enumerate(bits):
+                hit = b & want
+                if hit:
+                    want ^= hit
+                    while hit:
+                        low = hit & -hit
+                        r = (low.bit_length() - 1) // k
+                        head[r] = q
+                        done |= 1 << (r * k)
+                        hit ^= low
+                    if not want:
+                        break
+        if policy.remaining_ordered:
+            weight = view.weight_list
+            for q in set(head):
+                if q <= 0:
+                    continue
+                # The nearest job ahead sharing a row section is the one overtaken first.
+                b = bits[q]
+                a = q - 1
+                while a >= 0 and not bits[a] & b:
+                    a -= 1
+                if a < 0:
+                    continue
+                pr, pa = order[q], order[a]
+                limit = overtake_count(
+                    remaining[pr], weight[pr], idx[pr], remaining[pa], weight[pa], idx[pa]
+                )
+                if limit < remaining[pr]:
+                    budget[idx[pr]] = limit
+        return DispatchTable(
+            np.array([idx[order[q]] if q >= 0 else -1 for q in head], dtype=np.int64).reshape(
+                sigs, v, 1
+            ),
+            np.array(counts, dtype=np.int64).reshape(sigs, v),
+            False,
+            budget,
+        )
+
+    def _tabulate_numpy(
+        self,
+        view: PolicyView,
+        tiers: list[int],
+        table: np.ndarray | None,
+        k: int,
+        budget: np.ndarray,
+    ) -> DispatchTable:
+        """``_tabulate`` with numpy masks over the jobs in preference order."""
+        policy = self.policy
+        sigs = view.num_signatures
+        v = self.num_tiers
+        n = len(view)
+        budget[view.idx] = view.remaining
+        order = view.order(policy.ordering)
+        idx_s = view.idx[order]
+        group_s = view.group[order]
+        tier_s = np.array(tiers, dtype=np.int64)[order]
         eligible = view.sig_matrix[:, group_s]  # [signatures, jobs in preference order]
-        masks = policy.section_masks(view, group_s)
-        k = 1 if masks is None else len(masks)
-        if masks is None:
+        if table is None:
             keep = eligible
-        elif k == 1:
-            keep = eligible & masks[0]
         else:
-            keep = np.concatenate([eligible & m for m in masks], axis=1)
+            section_s = table[:, group_s]
+            keep = np.concatenate([eligible & (section_s == i) for i in range(k)], axis=1)
         if v > 1:
             if (tier_s >= 0).any():
                 allowed = (tier_s < 0) | (tier_s == np.arange(v)[:, None])  # [tiers, jobs]
@@ -426,11 +580,17 @@ class Scheduler:
         starts = np.cumsum(counts) - counts
         pos = np.arange(len(rows)) - starts[rows]
         jobs = cols % n if k > 1 else cols  # position in preference order
-        candidates = np.full((sigs * v, width), -1, dtype=np.int64)
-        candidates[rows, pos] = idx_s[jobs]
-        if policy.remaining_ordered and not uniform and len(rows) > 1:
+        counts = counts.reshape(sigs, v)
+        if policy.mode == "uniform":
+            candidates = np.full((sigs * v, n), -1, dtype=np.int64)
+            candidates[rows, pos] = idx_s[jobs]
+            return DispatchTable(candidates.reshape(sigs, v, n), counts, True, budget)
+        first = pos == 0
+        candidates = np.full(sigs * v, -1, dtype=np.int64)
+        candidates[rows[first]] = idx_s[jobs[first]]
+        if policy.remaining_ordered and len(rows) > 1:
             receiver = np.zeros(n, dtype=bool)
-            receiver[jobs[pos == 0]] = True
+            receiver[jobs[first]] = True
             behind, ahead = jobs[1:], jobs[:-1]
             pair = rows[1:] == rows[:-1]
             if k > 1:
@@ -439,16 +599,13 @@ class Scheduler:
             pair &= receiver[behind]
             if pair.any():
                 b, a = behind[pair], ahead[pair]
-                rem = view.remaining if order is None else view.remaining[order]
-                w = view.weight if order is None else view.weight[order]
+                rem = view.remaining[order]
+                w = view.weight[order]
                 limit = overtake_after_many(
                     rem[b], w[b], idx_s[b], rem[a], w[a], idx_s[a], view.weighted
                 )
                 np.minimum.at(budget, idx_s[b], limit)
-        return DispatchTable(
-            candidates.reshape(sigs, v, width), counts.reshape(sigs, v), uniform, budget
-        )
+        return DispatchTable(candidates.reshape(sigs, v, 1), counts, False, budget)
 
 
-def _by_idx(js: JobState) -> int:
-    return js.idx
+_BY_IDX = attrgetter("idx")

@@ -4,15 +4,15 @@ A policy is pure preference: for each device signature it orders the open jobs t
 take the device. The mechanism (``venn.core.scheduler.Scheduler``) applies tier
 restrictions, compiles the orders into a dispatch table and keeps the bookkeeping.
 
-The view holds the open jobs as numpy columns (sorted by job idx), so a policy states
-its preference with arrays rather than one list per signature:
+A policy states its preference declaratively, so the mechanism can evaluate it for all
+signatures at once (with numpy, or plain Python when the instance is small):
 
-- ``preference(view)``: positions into the view's columns, best first (one global
-  order; ``None`` means idx order);
-- ``section_masks(view, groups)``: ``None`` (one section), or one boolean
-  [signatures, jobs] mask per section, in section order, over the jobs in preference
-  order (``groups`` are their groups). A signature's candidates are its eligible jobs,
-  section by section, each section in preference order.
+- ``ordering``: ``"idx"`` (arrival order) or ``"key"`` (``OpenJob.order_key``: weighted
+  remaining demand, then idx);
+- ``section_table(view)``: ``None`` (one section), or an int [signatures, groups] array:
+  the section (below ``num_sections``) that group's jobs fall in for a device of that
+  signature. A signature's
+  candidates are its eligible jobs, section by section (ascending), each in ``ordering``.
 
 ``sections(view, signature)`` spells the same thing out as lists of ``OpenJob`` (for
 readers and tests; the scheduler does not call it).
@@ -20,9 +20,10 @@ readers and tests; the scheduler does not call it).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -42,37 +43,35 @@ class OpenJob:
         return (self.remaining * self.weight, self.idx)
 
 
-_EMPTY_I = np.zeros(0, dtype=np.int64)
-
-
 class PolicyView:
     """Everything a policy may look at when the plan is recomputed.
 
-    ``idx``, ``group``, ``remaining`` and ``weight`` are columns over the open jobs,
-    sorted by idx; ``supply`` (recent check-ins per signature) is computed on first use.
+    The open jobs are columns sorted by idx, as Python lists (``idx_list`` ...) and, on
+    first use, numpy arrays (``idx`` ...). ``supply`` (recent check-ins per signature)
+    is computed on first use too.
     """
 
     def __init__(
         self,
         sig_matrix: np.ndarray,
-        supply: np.ndarray | Any,
-        idx: np.ndarray = _EMPTY_I,
-        group: np.ndarray = _EMPTY_I,
-        remaining: np.ndarray = _EMPTY_I,
-        weight: np.ndarray | None = None,
+        supply: np.ndarray | Callable[[], np.ndarray],
+        idx: Sequence[int] = (),
+        group: Sequence[int] = (),
+        remaining: Sequence[int] = (),
+        weight: Sequence[float] | None = None,
         group_scale: dict[int, float] | None = None,
-        job_ids: Any = None,
+        job_ids: Sequence[str] | Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.sig_matrix = sig_matrix  # bool [signatures, groups]
         if callable(supply):
             self._supply_fn = supply
         else:
-            self.__dict__["supply"] = supply
-        self.idx = idx
-        self.group = group
-        self.remaining = remaining
+            self.__dict__["supply"] = np.asarray(supply, dtype=np.float64)
+        self.idx_list = list(idx)
+        self.group_list = list(group)
+        self.remaining_list = list(remaining)
         self.weighted = weight is not None
-        self.weight = weight if weight is not None else np.ones(len(idx))
+        self.weight_list = list(weight) if weight is not None else [1.0] * len(self.idx_list)
         self.group_scale = group_scale or {}
         self._job_ids = job_ids
 
@@ -81,29 +80,49 @@ class PolicyView:
         cls,
         sig_matrix: np.ndarray,
         supply: np.ndarray,
-        open_jobs: tuple[OpenJob, ...] | list[OpenJob],
+        open_jobs: Sequence[OpenJob],
         group_scale: dict[int, float] | None = None,
     ) -> PolicyView:
         jobs = sorted(open_jobs, key=lambda j: j.idx)
         weighted = any(j.weight != 1.0 for j in jobs)
-        view = cls(
+        return cls(
             sig_matrix,
             supply,
-            np.array([j.idx for j in jobs], dtype=np.int64),
-            np.array([j.group for j in jobs], dtype=np.int64),
-            np.array([j.remaining for j in jobs], dtype=np.int64),
-            np.array([j.weight for j in jobs], dtype=np.float64) if weighted else None,
+            [j.idx for j in jobs],
+            [j.group for j in jobs],
+            [j.remaining for j in jobs],
+            [j.weight for j in jobs] if weighted else None,
             group_scale,
             [j.job_id for j in jobs],
         )
-        return view
 
     def __len__(self) -> int:
-        return len(self.idx)
+        return len(self.idx_list)
+
+    @property
+    def num_signatures(self) -> int:
+        return int(self.sig_matrix.shape[0])
 
     @cached_property
     def supply(self) -> np.ndarray:
         return self._supply_fn()
+
+    # -- numpy columns ----------------------------------------------------------------
+    @cached_property
+    def idx(self) -> np.ndarray:
+        return np.array(self.idx_list, dtype=np.int64)
+
+    @cached_property
+    def group(self) -> np.ndarray:
+        return np.array(self.group_list, dtype=np.int64)
+
+    @cached_property
+    def remaining(self) -> np.ndarray:
+        return np.array(self.remaining_list, dtype=np.int64)
+
+    @cached_property
+    def weight(self) -> np.ndarray:
+        return np.array(self.weight_list, dtype=np.float64)
 
     @cached_property
     def keys(self) -> np.ndarray:
@@ -111,14 +130,39 @@ class PolicyView:
         return self.remaining * self.weight
 
     @cached_property
-    def by_key(self) -> np.ndarray:
-        """Positions sorted by ``OpenJob.order_key``: (remaining * weight, idx)."""
-        if len(self.idx) < 2:
-            return np.arange(len(self.idx))
+    def key_list(self) -> list[float]:
+        return [r * w for r, w in zip(self.remaining_list, self.weight_list, strict=True)]
+
+    def order(self, ordering: str) -> np.ndarray:
+        """Positions in preference order, as an array."""
+        n = len(self)
+        if ordering == "idx" or n < 2:
+            return np.arange(n)
         if self.weighted:
             return np.lexsort((self.idx, self.keys))
         # idx is ascending, so a stable sort by remaining breaks ties by idx.
         return np.argsort(self.remaining, kind="stable")
+
+    def order_list(self, ordering: str) -> list[int]:
+        """Positions in preference order, as a list."""
+        n = len(self)
+        if ordering == "idx" or n < 2:
+            return list(range(n))
+        # Python's sort is stable and positions are in idx order: ties go by idx.
+        return sorted(range(n), key=self.key_list.__getitem__)
+
+    def group_queues(self) -> tuple[list[int], list[list[float]]]:
+        """Groups with open jobs and each one's weighted remaining demands, ascending."""
+        queues: dict[int, list[float]] = {}
+        for g, k in zip(self.group_list, self.key_list, strict=True):
+            q = queues.get(g)
+            if q is None:
+                queues[g] = [k]
+            else:
+                q.append(k)
+        for q in queues.values():
+            q.sort()
+        return list(queues), list(queues.values())
 
     @cached_property
     def open_jobs(self) -> tuple[OpenJob, ...]:
@@ -126,15 +170,15 @@ class PolicyView:
         if callable(ids):
             ids = ids()
         if ids is None:
-            ids = [str(i) for i in self.idx.tolist()]
+            ids = [str(i) for i in self.idx_list]
         return tuple(
             OpenJob(i, job_id, g, r, w)
             for i, job_id, g, r, w in zip(
-                self.idx.tolist(),
+                self.idx_list,
                 ids,
-                self.group.tolist(),
-                self.remaining.tolist(),
-                self.weight.tolist(),
+                self.group_list,
+                self.remaining_list,
+                self.weight_list,
                 strict=True,
             )
         )
@@ -148,17 +192,15 @@ remaining demands shrink, order between sections may not."""
 class Policy(Protocol):
     name: str
     mode: Literal["first", "uniform"]
-    remaining_ordered: bool  # does order depend on remaining demand?
+    ordering: Literal["idx", "key"]
+    remaining_ordered: bool  # does order depend on remaining demand? (ordering == "key")
+    num_sections: int  # section ids in ``section_table`` are below this
 
     def replan(self, view: PolicyView) -> None:
         """Recompute any plan (called on round request, demand filled, round close)."""
 
-    def preference(self, view: PolicyView) -> np.ndarray | None:
-        """Positions into the view's columns, best first (None: idx order)."""
-        ...
-
-    def section_masks(self, view: PolicyView, groups: np.ndarray) -> list[np.ndarray] | None:
-        """Per-section [signatures, jobs] masks over the jobs in preference order."""
+    def section_table(self, view: PolicyView) -> np.ndarray | None:
+        """Section of each group's jobs per signature (int [signatures, groups])."""
         ...
 
     def sections(self, view: PolicyView, signature: int) -> Sections:
@@ -168,16 +210,14 @@ class Policy(Protocol):
 
 def sections_of(policy: Policy, view: PolicyView, signature: int) -> Sections:
     """The candidate lists of one signature as ``OpenJob`` sections (the reading aid)."""
-    order = policy.preference(view)
-    if order is None:
-        order = np.arange(len(view))
-    groups = view.group[order]
-    eligible = view.sig_matrix[signature, groups]
-    masks = policy.section_masks(view, groups)
     jobs = view.open_jobs
-    if masks is None:
-        return [[jobs[p] for p in order[eligible].tolist()]]
-    return [[jobs[p] for p in order[eligible & m[signature]].tolist()] for m in masks]
+    row = view.sig_matrix[signature]
+    order = [p for p in view.order_list(policy.ordering) if row[jobs[p].group]]
+    table = policy.section_table(view)
+    if table is None:
+        return [[jobs[p] for p in order]]
+    sec = table[signature]
+    return [[jobs[p] for p in order if sec[jobs[p].group] == s] for s in range(policy.num_sections)]
 
 
 def eligible_jobs(view: PolicyView, signature: int) -> list[OpenJob]:

@@ -14,15 +14,14 @@ class RandomPolicy:
 
     name = "random"
     mode: Literal["first", "uniform"] = "uniform"
+    ordering: Literal["idx", "key"] = "idx"
     remaining_ordered = False
+    num_sections = 1
 
     def replan(self, view: PolicyView) -> None:
         return None
 
-    def preference(self, view: PolicyView) -> np.ndarray | None:
-        return None  # idx order
-
-    def section_masks(self, view: PolicyView, groups: np.ndarray) -> list[np.ndarray] | None:
+    def section_table(self, view: PolicyView) -> np.ndarray | None:
         return None
 
     def sections(self, view: PolicyView, signature: int) -> Sections:
@@ -34,15 +33,14 @@ class FifoPolicy:
 
     name = "fifo"
     mode: Literal["first", "uniform"] = "first"
+    ordering: Literal["idx", "key"] = "idx"  # idx is arrival order
     remaining_ordered = False
+    num_sections = 1
 
     def replan(self, view: PolicyView) -> None:
         return None
 
-    def preference(self, view: PolicyView) -> np.ndarray | None:
-        return None  # idx order is arrival order
-
-    def section_masks(self, view: PolicyView, groups: np.ndarray) -> list[np.ndarray] | None:
+    def section_table(self, view: PolicyView) -> np.ndarray | None:
         return None
 
     def sections(self, view: PolicyView, signature: int) -> Sections:
@@ -54,15 +52,14 @@ class SrsfPolicy:
 
     name = "srsf"
     mode: Literal["first", "uniform"] = "first"
+    ordering: Literal["idx", "key"] = "key"
     remaining_ordered = True
+    num_sections = 1
 
     def replan(self, view: PolicyView) -> None:
         return None
 
-    def preference(self, view: PolicyView) -> np.ndarray | None:
-        return view.by_key
-
-    def section_masks(self, view: PolicyView, groups: np.ndarray) -> list[np.ndarray] | None:
+    def section_table(self, view: PolicyView) -> np.ndarray | None:
         return None
 
     def sections(self, view: PolicyView, signature: int) -> Sections:

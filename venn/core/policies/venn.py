@@ -17,42 +17,38 @@ class IrsPolicy:
 
     name = "venn-sched"
     mode: Literal["first", "uniform"] = "first"
+    ordering: Literal["idx", "key"] = "key"
     remaining_ordered = True
+    num_sections = 2  # the owner group's jobs, then every other eligible job
 
     def __init__(self) -> None:
         self.owner = np.zeros(0, dtype=np.int64)
+        self._table: np.ndarray | None = None
 
     def replan(self, view: PolicyView) -> None:
-        n = len(view)
-        if n == 0:
-            self.owner = np.full(view.sig_matrix.shape[0], -1, dtype=np.int64)
-            return
-        keys = view.keys
-        # Each group's queue: its jobs' weighted remaining demands, ascending.
-        order = np.lexsort((keys, view.group))
-        groups = view.group[order]
-        sorted_keys = keys[order]
-        cuts = (np.flatnonzero(groups[1:] != groups[:-1]) + 1).tolist()
-        starts = [0, *cuts]
-        ends = [*cuts, n]
-        queues = [sorted_keys[a:b] for a, b in zip(starts, ends, strict=True)]
-        self.owner = irs_plan_grouped(
-            view.sig_matrix, view.supply, groups[starts], queues, view.group_scale
-        )
+        if len(view) == 0:
+            owner = np.full(view.num_signatures, -1, dtype=np.int64)
+        else:
+            groups, queues = view.group_queues()
+            owner = irs_plan_grouped(view.sig_matrix, view.supply, groups, queues, view.group_scale)
+        if not np.array_equal(owner, self.owner):
+            self._table = None  # the section table follows the owners
+        self.owner = owner
 
-    def preference(self, view: PolicyView) -> np.ndarray | None:
-        return view.by_key
-
-    def section_masks(self, view: PolicyView, groups: np.ndarray) -> list[np.ndarray] | None:
-        num_sigs = view.sig_matrix.shape[0]
+    def section_table(self, view: PolicyView) -> np.ndarray | None:
+        num_sigs, num_groups = view.sig_matrix.shape
+        table = self._table
+        if table is not None and table.shape == (num_sigs, num_groups):
+            return table
         owner = self.owner
-        if len(owner) != num_sigs:
+        if len(owner) != num_sigs:  # signatures seen after the last plan have no owner
             pad = np.full(num_sigs, -1, dtype=np.int64)
             k = min(num_sigs, len(owner))
             pad[:k] = owner[:k]
             owner = pad
-        own = groups[None, :] == owner[:, None]
-        return [own, ~own]  # the owner group's jobs, then everyone else eligible
+        table = (np.arange(num_groups)[None, :] != owner[:, None]).astype(np.int64)
+        self._table = table
+        return table
 
     def sections(self, view: PolicyView, signature: int) -> Sections:
         return sections_of(self, view, signature)
