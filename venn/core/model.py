@@ -7,8 +7,10 @@ simulator, scaled wall-clock time in the pipeline); the core never reads a clock
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 # Names used by the workload YAMLs of the paper, mapped to the attribute a device reports.
 ATTRIBUTE_ALIASES: dict[str, str] = {
@@ -73,11 +75,9 @@ class JobSpec:
     tier: int = 0  # the workload's requirement tier label (1-4); informational only
     template: int = -1  # index of the workload template it was drawn from
 
-    @property
+    @cached_property
     def results_needed(self) -> int:
         """Results that make a round succeed (80% of D by default, at least 1)."""
-        import math
-
         return max(1, math.ceil(self.success_ratio * self.demand - 1e-9))
 
 

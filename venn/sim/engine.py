@@ -300,8 +300,7 @@ class Simulation:
             lr = self.live[job_id]
             mine = (jobs == idx) & ok
             k = self.records[job_id].spec.results_needed
-            have = sum(len(f) for f in lr.finish)
-            if have + int(mine.sum()) < k:
+            if lr.count + int(mine.sum()) < k:
                 continue
             pool = np.concatenate([*lr.finish, finish[mine]])
             cut = min(cut, float(np.partition(pool, k - 1)[k - 1]))

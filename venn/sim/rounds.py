@@ -40,9 +40,11 @@ class LiveRound:
     resp: list[np.ndarray] = field(default_factory=list)  # dispatch -> result, seconds
     seq: list[np.ndarray] = field(default_factory=list)  # global check-in number (ties)
     close_candidate: float = float("inf")
+    count: int = 0  # successful results so far
 
     def add(self, finish: np.ndarray, tiers: np.ndarray, resp: np.ndarray, seq: np.ndarray) -> None:
         if len(finish):
+            self.count += len(finish)
             self.finish.append(finish)
             self.tiers.append(tiers)
             self.resp.append(resp)
@@ -50,8 +52,7 @@ class LiveRound:
 
     def kth_finish(self, k: int) -> float:
         """Time of the k-th successful result so far (inf if fewer)."""
-        total = sum(len(f) for f in self.finish)
-        if total < k:
+        if self.count < k:
             return float("inf")
         if len(self.finish) > 1:
             self.finish = [np.concatenate(self.finish)]
