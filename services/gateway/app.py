@@ -76,6 +76,11 @@ class GatewayStats:
     internal_errors: int = 0
 
 
+def _expire(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 def checkin_id_of(assignment_id: str) -> str | None:
     """The check-in event id inside the scheduler's `asg:<checkin id>:<job>:<round>`."""
     if not assignment_id.startswith("asg:"):
@@ -93,7 +98,7 @@ class Gateway:
         self.view = DemandView()
         self.view_ready = False
         self.inflight = 0
-        self.pending: dict[str, asyncio.Future[ev.Assignment | BaseException]] = {}
+        self.pending: dict[str, asyncio.Future[ev.Assignment | BaseException | None]] = {}
         self.pending_by_device: dict[str, str] = {}
         self.answered: OrderedDict[str, None] = OrderedDict()
         self.producer: AIOKafkaProducer | None = None
@@ -283,7 +288,7 @@ class Gateway:
             bandwidth_kbps=req.bandwidth_kbps,
         )
         wait = not (self.config.fast_no and self.view_ready) or self.view.may_assign(req.attrs)
-        fut: asyncio.Future[ev.Assignment | BaseException] = loop.create_future()
+        fut: asyncio.Future[ev.Assignment | BaseException | None] = loop.create_future()
         if wait:
             # Registered before producing: the answer may come back before the ack.
             self.pending[cid] = fut
@@ -291,12 +296,12 @@ class Gateway:
         answer: ev.Assignment | BaseException | None = None
         try:
             try:
-                delivery = await asyncio.wait_for(
-                    self.producer.send(
+                # A timeout context, not wait_for: no task per request. send() only waits
+                # when the producer's buffer is full.
+                async with asyncio.timeout_at(deadline):
+                    delivery = await self.producer.send(
                         topics.CHECKINS, ev.encode(event), key=req.device_id.encode()
-                    ),
-                    max(deadline - loop.time(), 0.001),
-                )
+                    )
             except Exception as exc:  # includes TimeoutError: the producer's buffer is full
                 self.stats.kafka_errors += 1
                 log.debug("check-in %s not produced: %r", cid, exc)
@@ -306,8 +311,13 @@ class Gateway:
                 self.stats.fast_no += 1
                 return self._no(cid, "no_open_round")
             delivery.add_done_callback(lambda d: self._fail_pending(cid, d))
-            await asyncio.wait({fut}, timeout=max(deadline - loop.time(), 0.0))
-            answer = fut.result() if fut.done() else None
+            # A timer that resolves the future with None at the deadline: cheaper than
+            # asyncio.wait/wait_for on the hot path.
+            timer = loop.call_at(deadline, _expire, fut)
+            try:
+                answer = await fut
+            finally:
+                timer.cancel()
         finally:
             self.pending.pop(cid, None)
             if self.pending_by_device.get(req.device_id) == cid:
@@ -405,6 +415,8 @@ async def _read_body(request: web.Request, config: GatewayConfig, deadline: floa
             413, "too_large", f"the body has {length} bytes; the limit is {config.max_body_bytes}"
         )
     try:
+        if request.content.is_eof():  # the usual small body: already buffered, no wait
+            return await request.read()
         async with asyncio.timeout_at(deadline):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
