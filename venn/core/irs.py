@@ -7,7 +7,9 @@ the eligible intersection between two groups, never a scarcer group's other devi
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 
 import numpy as np
 
@@ -55,7 +57,7 @@ def _is_integral(values: np.ndarray) -> bool:
 
 
 SMALL_CELLS = 256  # signatures x groups up to which plain Python beats numpy
-SMALL_JOBS = 128
+SMALL_JOBS = 1024
 
 
 def irs_plan_grouped(
@@ -78,7 +80,7 @@ def irs_plan_grouped(
                 sig_matrix.tolist(),
                 sup,
                 [int(g) for g in groups],
-                [list(q) for q in queues],
+                [q.tolist() if isinstance(q, np.ndarray) else list(q) for q in queues],
                 queue_scale or {},
             )
             return np.array(owner, dtype=np.int64)
@@ -123,10 +125,12 @@ def _plan_small(
     for s in sigs:
         if owner[s] >= 0:
             claimed[owner[s]] += supply[s]
+    drains: dict[int, float] = {}  # sum of each queue, added in order as ``sum`` does
     for pos_j in range(len(ascending) - 1, 0, -1):
         j = ascending[pos_j]
         if claimed[j] <= 0:
             continue
+        elapsed: list[float] | None = None
         for pos_k in range(pos_j - 1, -1, -1):
             k = ascending[pos_k]
             if claimed[k] <= 0:
@@ -134,7 +138,14 @@ def _plan_small(
             overlap = [s for s in sigs if owner[s] == k and rows[s][j]]
             if not overlap:
                 continue
-            m_j = affected_queue_length(queue[j], claimed[j], queue[k], claimed[k])
+            # affected_queue_length, with j's running drain times kept between calls.
+            cj = claimed[j]
+            if elapsed is None:
+                elapsed = list(accumulate([d / cj for d in queue[j]]))
+            drain = drains.get(k)
+            if drain is None:
+                drain = drains[k] = sum(queue[k])
+            m_j = bisect_left(elapsed, drain / claimed[k])
             m_j_scaled = m_j * scale.get(j, 1.0)
             m_k_scaled = len(queue[k]) * scale.get(k, 1.0)
             if m_j_scaled / claimed[j] > m_k_scaled / claimed[k]:
@@ -144,6 +155,7 @@ def _plan_small(
                     owner[s] = j
                 claimed[j] += moved
                 claimed[k] -= moved
+                elapsed = None
             else:
                 break
     return owner

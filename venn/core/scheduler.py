@@ -9,7 +9,7 @@ an at-least-once pipeline can feed it directly.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -31,7 +31,8 @@ from venn.core.policies.base import OpenJob, Policy, PolicyView
 from venn.core.supply import SupplyWindow
 
 _MASK64 = (1 << 64) - 1
-SMALL_TABLE = 2048  # jobs x rows x sections up to which plain Python compiles faster
+SMALL_TABLE = 128  # row sections (signatures x tiers x sections) up to which plain
+# Python compiles faster than numpy
 
 
 def _splitmix(*parts: int) -> int:
@@ -332,10 +333,13 @@ class Scheduler:
             minlength=self.index.num_signatures,
         )
 
-    def _build_view(self, now: float) -> tuple[PolicyView, list[int]]:
-        """The policy's view of the open jobs, and each one's tier restriction (-1: none)."""
+    def _build_view(self, now: float) -> tuple[PolicyView, Sequence[int | None]]:
+        """The policy's view of the open jobs, and each one's tier restriction (or None)."""
         states = self._open_states()
-        tiers = [-1 if js.tier is None else js.tier for js in states]
+        if states:
+            idx, group, remaining, tiers = zip(*map(_FIELDS, states), strict=True)
+        else:
+            idx = group = remaining = tiers = ()
         weights = None
         scale: dict[int, float] = {}
         eps = self.fairness_eps
@@ -349,9 +353,9 @@ class Scheduler:
         view = PolicyView(
             self.index.signature_matrix,
             self._supply_by_signature,
-            [js.idx for js in states],
-            [js.group for js in states],
-            [js.remaining for js in states],
+            idx,
+            group,
+            remaining,
             weights,
             scale,
             lambda: [js.spec.job_id for js in states],
@@ -372,7 +376,7 @@ class Scheduler:
         self._dirty = False
         self._replan = False
 
-    def _tabulate(self, view: PolicyView, tiers: list[int]) -> DispatchTable:
+    def _tabulate(self, view: PolicyView, tiers: Sequence[int | None]) -> DispatchTable:
         """Compile the policy's preference over ``view`` into a dispatch table.
 
         Row (s, t) lists the open jobs eligible for signature s and allowed on tier t,
@@ -388,8 +392,8 @@ class Scheduler:
         n = len(view)
         uniform = policy.mode == "uniform"
         width = max(1, n) if uniform else 1
-        budget = np.full(len(self.by_idx), NO_LIMIT, dtype=np.int64)
         if n == 0 or num_sigs == 0:
+            budget = np.full(len(self.by_idx), NO_LIMIT, dtype=np.int64)
             if n:
                 budget[view.idx_list] = view.remaining_list
             return DispatchTable(
@@ -400,9 +404,9 @@ class Scheduler:
             )
         table = policy.section_table(view)
         k = 1 if table is None else policy.num_sections
-        if n * sigs * v * k <= SMALL_TABLE:
-            return self._tabulate_small(view, tiers, table, k, budget)
-        return self._tabulate_numpy(view, tiers, table, k, budget)
+        if sigs * v * k <= SMALL_TABLE:
+            return self._tabulate_small(view, tiers, table, k)
+        return self._tabulate_numpy(view, tiers, table, k)
 
     def _class_bits(self, table: np.ndarray | None, v: int, k: int) -> dict:
         """Per (group, tier restriction): the bit set of the row sections it is in.
@@ -424,13 +428,14 @@ class Scheduler:
             None if table is None else table.tolist(),
             k,
             [sum(1 << (r * k + sec) for r in range(sig_matrix.shape[0] * v)) for sec in range(k)],
+            {},
         )
         return classes
 
-    def _bits_of(self, group: int, tier: int) -> tuple[int, list[int]]:
-        _, _, v, classes, rows, sections, k, _ = self._bits_cache
+    def _bits_of(self, group: int, tier: int | None) -> tuple[int, list[int]]:
+        _, _, v, classes, rows, sections, k, _, class_bits = self._bits_cache
         tier_bits = 0
-        for t in range(v) if tier < 0 else (tier,):
+        for t in range(v) if tier is None else (tier,):
             tier_bits |= 1 << (t * k)
         bits = 0
         stride = v * k
@@ -444,15 +449,15 @@ class Scheduler:
             members.append((low.bit_length() - 1) // k)
             b ^= low
         classes[(group, tier)] = entry = (bits, members)
+        class_bits[(group, tier)] = bits
         return entry
 
     def _tabulate_small(
         self,
         view: PolicyView,
-        tiers: list[int],
+        tiers: Sequence[int | None],
         table: np.ndarray | None,
         k: int,
-        budget: np.ndarray,
     ) -> DispatchTable:
         """``_tabulate`` in plain Python over bit sets (fast for small instances)."""
         policy = self.policy
@@ -463,18 +468,20 @@ class Scheduler:
         idx = view.idx_list
         group = view.group_list
         remaining = view.remaining_list
-        budget[idx] = remaining
+        budget = [NO_LIMIT] * len(self.by_idx)
+        for i, r in zip(idx, remaining, strict=True):
+            budget[i] = r
         order = view.order_list(policy.ordering)
         classes = self._class_bits(table, v, k)
-        bits: list[int] = []  # row-section bit set of each job, in preference order
-        per_class: dict[tuple[int, int], int] = {}
-        for p in order:
-            key = (group[p], tiers[p])
-            entry = classes.get(key)
-            if entry is None:
-                entry = self._bits_of(*key)
-            bits.append(entry[0])
-            per_class[key] = per_class.get(key, 0) + 1
+        keys = list(zip(group, tiers, strict=True))
+        if policy.ordering != "idx":
+            keys = [keys[p] for p in order]
+        per_class = Counter(keys)
+        for key in per_class:
+            if key not in classes:
+                self._bits_of(*key)
+        class_bits = self._bits_cache[8]
+        bits = list(map(class_bits.__getitem__, keys))  # row-section bits, preference order
         if policy.mode == "uniform":
             flat: list[int] = []
             counts = []
@@ -490,7 +497,7 @@ class Scheduler:
                 np.array(flat, dtype=np.int64).reshape(sigs, v, n),
                 np.array(counts, dtype=np.int64).reshape(sigs, v),
                 True,
-                budget,
+                np.array(budget, dtype=np.int64),
             )
         counts = [0] * num_rows
         for key, c in per_class.items():
@@ -539,27 +546,27 @@ class Scheduler:
             ),
             np.array(counts, dtype=np.int64).reshape(sigs, v),
             False,
-            budget,
+            np.array(budget, dtype=np.int64),
         )
 
     def _tabulate_numpy(
         self,
         view: PolicyView,
-        tiers: list[int],
+        tiers: Sequence[int | None],
         table: np.ndarray | None,
         k: int,
-        budget: np.ndarray,
     ) -> DispatchTable:
         """``_tabulate`` with numpy masks over the jobs in preference order."""
         policy = self.policy
         sigs = view.num_signatures
         v = self.num_tiers
         n = len(view)
+        budget = np.full(len(self.by_idx), NO_LIMIT, dtype=np.int64)
         budget[view.idx] = view.remaining
         order = view.order(policy.ordering)
         idx_s = view.idx[order]
         group_s = view.group[order]
-        tier_s = np.array(tiers, dtype=np.int64)[order]
+        tier_s = np.array([-1 if t is None else t for t in tiers], dtype=np.int64)[order]
         eligible = view.sig_matrix[:, group_s]  # [signatures, jobs in preference order]
         if table is None:
             keep = eligible
@@ -609,3 +616,4 @@ class Scheduler:
 
 
 _BY_IDX = attrgetter("idx")
+_FIELDS = attrgetter("idx", "group", "remaining", "tier")

@@ -148,11 +148,25 @@ class PolicyView:
         n = len(self)
         if ordering == "idx" or n < 2:
             return list(range(n))
-        # Python's sort is stable and positions are in idx order: ties go by idx.
-        return sorted(range(n), key=self.key_list.__getitem__)
+        # Python's sort is stable and positions are in idx order: ties go by idx. With
+        # unit weights, remaining * 1.0 orders exactly as remaining does.
+        keys = self.key_list if self.weighted else self.remaining_list
+        return sorted(range(n), key=keys.__getitem__)
 
-    def group_queues(self) -> tuple[list[int], list[list[float]]]:
+    def group_queues(self) -> tuple[list[int], Sequence[Sequence[float]]]:
         """Groups with open jobs and each one's weighted remaining demands, ascending."""
+        n = len(self)
+        if n > 256:
+            keys = self.keys
+            order = np.lexsort((keys, self.group))
+            groups = self.group[order]
+            ends = (np.flatnonzero(groups[1:] != groups[:-1]) + 1).tolist()
+            starts = [0, *ends]
+            sorted_keys = keys[order]
+            return (
+                groups[starts].tolist(),
+                [sorted_keys[a:b] for a, b in zip(starts, [*ends, n], strict=True)],
+            )
         queues: dict[int, list[float]] = {}
         for g, k in zip(self.group_list, self.key_list, strict=True):
             q = queues.get(g)
