@@ -31,6 +31,7 @@ from venn.core.policies.base import OpenJob, Policy, PolicyView
 from venn.core.supply import SupplyWindow
 
 _MASK64 = (1 << 64) - 1
+SMALL_JOBS = 256  # open jobs up to which plain Python compiles faster than numpy
 SMALL_TABLE = 128  # row sections (signatures x tiers x sections) up to which plain
 # Python compiles faster than numpy
 
@@ -336,10 +337,7 @@ class Scheduler:
     def _build_view(self, now: float) -> tuple[PolicyView, Sequence[int | None]]:
         """The policy's view of the open jobs, and each one's tier restriction (or None)."""
         states = self._open_states()
-        if states:
-            idx, group, remaining, tiers = zip(*map(_FIELDS, states), strict=True)
-        else:
-            idx = group = remaining = tiers = ()
+        tiers = [js.tier for js in states]
         weights = None
         scale: dict[int, float] = {}
         eps = self.fairness_eps
@@ -353,9 +351,9 @@ class Scheduler:
         view = PolicyView(
             self.index.signature_matrix,
             self._supply_by_signature,
-            idx,
-            group,
-            remaining,
+            [js.idx for js in states],
+            [js.group for js in states],
+            [js.remaining for js in states],
             weights,
             scale,
             lambda: [js.spec.job_id for js in states],
@@ -404,9 +402,13 @@ class Scheduler:
             )
         table = policy.section_table(view)
         k = 1 if table is None else policy.num_sections
-        if sigs * v * k <= SMALL_TABLE:
+        if uniform:
+            if sigs * v * k <= SMALL_TABLE and n * sigs * v <= SMALL_TABLE * 32:
+                return self._tabulate_small(view, tiers, table, k)
+            return self._tabulate_numpy(view, tiers, table, k)
+        if sigs * v * k <= SMALL_TABLE and n <= SMALL_JOBS:
             return self._tabulate_small(view, tiers, table, k)
-        return self._tabulate_numpy(view, tiers, table, k)
+        return self._tabulate_classes(view, tiers, table, k)
 
     def _class_bits(self, table: np.ndarray | None, v: int, k: int) -> dict:
         """Per (group, tier restriction): the bit set of the row sections it is in.
@@ -471,7 +473,9 @@ class Scheduler:
         budget = [NO_LIMIT] * len(self.by_idx)
         for i, r in zip(idx, remaining, strict=True):
             budget[i] = r
-        order = view.order_list(policy.ordering)
+        order = (
+            view.order_list(policy.ordering) if n <= 128 else view.order(policy.ordering).tolist()
+        )
         classes = self._class_bits(table, v, k)
         keys = list(zip(group, tiers, strict=True))
         if policy.ordering != "idx":
@@ -505,11 +509,14 @@ class Scheduler:
                 counts[r] += c
         head = [-1] * num_rows  # position in preference order of each row's first job
         section_bits = self._bits_cache[7]
+        present = 0  # row sections with at least one job
+        for key in per_class:
+            present |= class_bits[key]
         done = 0  # rows with a head, as their section-0 bits
         for sec in range(k):
-            want = section_bits[sec] & ~(done << sec)
+            want = section_bits[sec] & ~(done << sec) & present
             if not want:
-                break
+                continue
             for q, b in enumerate(bits):
                 hit = b & want
                 if hit:
@@ -556,7 +563,8 @@ class Scheduler:
         table: np.ndarray | None,
         k: int,
     ) -> DispatchTable:
-        """``_tabulate`` with numpy masks over the jobs in preference order."""
+        """``_tabulate`` with numpy for a uniform pick: masks over the jobs in preference
+        order, compacted row by row into full candidate lists."""
         policy = self.policy
         sigs = view.num_signatures
         v = self.num_tiers
@@ -587,33 +595,82 @@ class Scheduler:
         starts = np.cumsum(counts) - counts
         pos = np.arange(len(rows)) - starts[rows]
         jobs = cols % n if k > 1 else cols  # position in preference order
-        counts = counts.reshape(sigs, v)
-        if policy.mode == "uniform":
-            candidates = np.full((sigs * v, n), -1, dtype=np.int64)
-            candidates[rows, pos] = idx_s[jobs]
-            return DispatchTable(candidates.reshape(sigs, v, n), counts, True, budget)
-        first = pos == 0
-        candidates = np.full(sigs * v, -1, dtype=np.int64)
-        candidates[rows[first]] = idx_s[jobs[first]]
-        if policy.remaining_ordered and len(rows) > 1:
-            receiver = np.zeros(n, dtype=bool)
-            receiver[jobs[first]] = True
-            behind, ahead = jobs[1:], jobs[:-1]
-            pair = rows[1:] == rows[:-1]
-            if k > 1:
-                section = cols // n
-                pair &= section[1:] == section[:-1]
-            pair &= receiver[behind]
-            if pair.any():
-                b, a = behind[pair], ahead[pair]
-                rem = view.remaining[order]
-                w = view.weight[order]
-                limit = overtake_after_many(
-                    rem[b], w[b], idx_s[b], rem[a], w[a], idx_s[a], view.weighted
-                )
-                np.minimum.at(budget, idx_s[b], limit)
-        return DispatchTable(candidates.reshape(sigs, v, 1), counts, False, budget)
+        candidates = np.full((sigs * v, n), -1, dtype=np.int64)
+        candidates[rows, pos] = idx_s[jobs]
+        return DispatchTable(candidates.reshape(sigs, v, n), counts.reshape(sigs, v), True, budget)
+
+    def _tabulate_classes(
+        self,
+        view: PolicyView,
+        tiers: Sequence[int | None],
+        table: np.ndarray | None,
+        k: int,
+    ) -> DispatchTable:
+        """``_tabulate`` with numpy for a first pick, over job classes.
+
+        Jobs of one class (group and tier restriction) sit in the same row sections, so
+        a row section's head is the earliest first job of its classes, and the job a
+        head would overtake first is the nearest one ahead of it in a class sharing one
+        of its row sections.
+        """
+        policy = self.policy
+        sigs = view.num_signatures
+        v = self.num_tiers
+        n = len(view)
+        num_rows = sigs * v
+        idx = view.idx
+        budget = np.full(len(self.by_idx), NO_LIMIT, dtype=np.int64)
+        budget[idx] = view.remaining
+        order = view.order(policy.ordering)
+        idx_s = idx[order]
+        tier = np.array([-1 if t is None else t for t in tiers], dtype=np.int64)
+        klass = (view.group * (v + 1) + tier + 1)[order]
+        uniq, first, inv = np.unique(klass, return_index=True, return_inverse=True)
+        num_classes = len(uniq)
+        c_group = uniq // (v + 1)
+        c_tier = uniq % (v + 1) - 1
+        allowed = (c_tier[:, None] < 0) | (c_tier[:, None] == np.arange(v))  # [class, tier]
+        member = view.sig_matrix[:, c_group].T[:, :, None] & allowed[:, None, :]
+        if table is None:
+            sections = member.reshape(num_classes, num_rows)
+        else:
+            sec = table[:, c_group].T  # [class, signature]
+            sections = (member[:, :, :, None] & (sec[:, :, None, None] == np.arange(k))).reshape(
+                num_classes, num_rows * k
+            )
+        # Head of each row section: the earliest job of its classes; of each row: the
+        # head of its first non-empty section.
+        earliest = np.where(sections, first[:, None], n).min(axis=0).reshape(num_rows, k)
+        filled = earliest < n
+        head = earliest[np.arange(num_rows), filled.argmax(axis=1)]
+        has_head = filled.any(axis=1)
+        candidates = np.where(has_head, idx_s[np.minimum(head, n - 1)], -1)
+        per_class = np.bincount(inv, minlength=num_classes)
+        counts = (per_class @ sections).reshape(num_rows, k).sum(axis=1)
+        if policy.remaining_ordered:
+            receivers = np.unique(head[has_head])
+            receivers = receivers[receivers > 0]
+            if len(receivers):
+                as_float = sections.astype(np.float32)
+                share = (as_float[inv[receivers]] @ as_float.T) > 0  # [receiver, class]
+                # Positions grouped by class, ascending: the last one before a receiver.
+                by_class = np.argsort(inv, kind="stable")
+                keys = inv[by_class] * n + by_class
+                classes = np.arange(num_classes)
+                probe = np.searchsorted(keys, classes[None, :] * n + receivers[:, None]) - 1
+                probe_c = np.maximum(probe, 0)
+                hit = (probe >= 0) & (keys[probe_c] // n == classes[None, :]) & share
+                ahead = np.where(hit, keys[probe_c] % n, -1).max(axis=1)
+                ok = ahead >= 0
+                if ok.any():
+                    b, a = receivers[ok], ahead[ok]
+                    rem = view.remaining[order]
+                    w = view.weight[order]
+                    limit = overtake_after_many(
+                        rem[b], w[b], idx_s[b], rem[a], w[a], idx_s[a], view.weighted
+                    )
+                    budget[idx_s[b]] = np.minimum(budget[idx_s[b]], limit)
+        return DispatchTable(candidates.reshape(sigs, v, 1), counts.reshape(sigs, v), False, budget)
 
 
 _BY_IDX = attrgetter("idx")
-_FIELDS = attrgetter("idx", "group", "remaining", "tier")

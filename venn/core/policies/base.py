@@ -67,9 +67,9 @@ class PolicyView:
             self._supply_fn = supply
         else:
             self.__dict__["supply"] = np.asarray(supply, dtype=np.float64)
-        self.idx_list = list(idx)
-        self.group_list = list(group)
-        self.remaining_list = list(remaining)
+        self.idx_list = idx if isinstance(idx, list) else list(idx)
+        self.group_list = group if isinstance(group, list) else list(group)
+        self.remaining_list = remaining if isinstance(remaining, list) else list(remaining)
         self.weighted = weight is not None
         self.weight_list = list(weight) if weight is not None else [1.0] * len(self.idx_list)
         self.group_scale = group_scale or {}
