@@ -26,10 +26,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
+from aiokafka import AIOKafkaProducer
+
 from services.coordinator.runner import JobOutcome, run_coordinator
-from services.scheduler.process import prepare_topics, start_worker, stop_worker
+from services.scheduler.process import prepare_topics, stop_worker
+from venn import events as ev
+from venn.broker import topics
 from venn.broker.embedded import EmbeddedBroker, free_port
-from venn.core.model import JobSpec
+from venn.core.model import JobSpec, Requirement
 from venn.settings import Settings
 from venn.traces.devices import load_device_profiles
 from venn.workloads.loader import tier_requirements
@@ -54,6 +58,11 @@ class StackConfig:
     scheduler_fetch_wait_ms: int | None = None
     """Run the scheduler with this consumer fetch wait (`loadtest.scheduler_fetchwait`)
     instead of Faust's 1,500 ms; None = the stock scheduler."""
+    coordinators: bool = True
+    """Run coordinators for one job per requirement tier; without them only a probe job
+    is registered (benchmarks register their own jobs)."""
+    profile_dir: Path | None = None
+    """Run the scheduler and the gateway under pyinstrument, saving sessions here."""
 
 
 def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
@@ -68,6 +77,10 @@ def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.
         return json.loads(exc.read() or b"{}")
 
 
+def probe_job(job_id: str, attr: str, demand: int) -> JobSpec:
+    return JobSpec(job_id, Requirement.of({attr: 1.0}), demand, 1_000_000, 600.0)
+
+
 class LoadStack:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
@@ -80,6 +93,8 @@ class LoadStack:
         self._stop = asyncio.Event()
         self._coordinator: asyncio.Task[dict[str, JobOutcome]] | None = None
         self._logs: list[IO[bytes]] = []
+        self.scheduler_web_port = free_port()
+        self.jobs: list[JobSpec] = []
 
     @property
     def url(self) -> str:
@@ -95,7 +110,7 @@ class LoadStack:
         return {
             **self.settings.as_env(),
             "VENN_POLICY": self.config.policy,
-            "VENN_SCHEDULER_WEB_PORT": str(free_port()),
+            "VENN_SCHEDULER_WEB_PORT": str(self.scheduler_web_port),
             "VENN_GATEWAY_WAIT_S": str(self.config.wait_s),
             **self.config.gateway_env,
         }
@@ -121,29 +136,18 @@ class LoadStack:
         )
         await prepare_topics(self.settings)
         env = self.env()
-        if cfg.scheduler_fetch_wait_ms is None:
-            self.scheduler = start_worker(env, self._log("scheduler"))
-        else:
-            self.scheduler = subprocess.Popen(
-                [sys.executable, "-m", "loadtest.scheduler_fetchwait", "worker", "-l", "warn"],
-                cwd=ROOT,
-                env={
-                    **os.environ,
-                    **env,
-                    "VENN_SCHEDULER_FETCH_WAIT_MS": str(cfg.scheduler_fetch_wait_ms),
-                },
-                stdin=subprocess.DEVNULL,
-                stdout=self._log("scheduler"),
-                stderr=subprocess.STDOUT,
-            )
-        self.gateway = subprocess.Popen(
-            [sys.executable, "-m", "services.gateway", "--workers", str(cfg.gateway_workers)],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdin=subprocess.DEVNULL,
-            stdout=self._log("gateway"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its worker children get the stop signal with it
+        scheduler = "services.scheduler"
+        if cfg.scheduler_fetch_wait_ms is not None:
+            scheduler = "loadtest.scheduler_fetchwait"
+            env["VENN_SCHEDULER_FETCH_WAIT_MS"] = str(cfg.scheduler_fetch_wait_ms)
+        self.scheduler = self._spawn(
+            "scheduler", ["-m", scheduler, "worker", "-l", "warn"], env, new_session=False
+        )
+        self.gateway = self._spawn(
+            "gateway",
+            ["-m", "services.gateway", "--workers", str(cfg.gateway_workers)],
+            env,
+            new_session=True,  # its worker children get the stop signal with it
         )
         jobs = [
             JobSpec(
@@ -157,10 +161,11 @@ class LoadStack:
             )
             for tier, requirement in sorted(tier_requirements().items())
         ]
-        self.jobs = jobs
-        self._coordinator = asyncio.create_task(
-            run_coordinator(self.settings, jobs, 1.0, self._stop)
-        )
+        if cfg.coordinators:
+            self.jobs = jobs
+            self._coordinator = asyncio.create_task(
+                run_coordinator(self.settings, jobs, 1.0, self._stop)
+            )
         try:
             await self._wait_ready()
         except BaseException:
@@ -168,11 +173,33 @@ class LoadStack:
             raise
         return self
 
+    def _spawn(
+        self, name: str, args: list[str], env: dict[str, str], new_session: bool
+    ) -> subprocess.Popen[bytes]:
+        command = [sys.executable, *args]
+        if self.config.profile_dir is not None:
+            self.config.profile_dir.mkdir(parents=True, exist_ok=True)
+            out = self.config.profile_dir / f"{name}.pyisession"
+            command = [sys.executable, "-m", "pyinstrument", "-r", "session", "-o", str(out)]
+            command += args
+        return subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log(name),
+            stderr=subprocess.STDOUT,
+            start_new_session=new_session,
+        )
+
     async def _wait_ready(self) -> None:
         """Until a probe device (eligible everywhere) is assigned through the gateway."""
         profiles = load_device_profiles()
         best = max(range(len(profiles)), key=lambda i: len(profiles.tiers_met[i]))
         attrs = {k: v for k, v in profiles.attrs[best].items() if k != "speed_ms_per_sample"}
+        if not self.config.coordinators:
+            attrs = {"probe": 1.0}
+            await self.publish_jobs([probe_job(f"probe-{uuid.uuid4().hex[:6]}", "probe", 1000)])
         deadline = time.monotonic() + self.config.ready_timeout_s
         n = 0
         while True:
@@ -214,6 +241,62 @@ class LoadStack:
                 raise RuntimeError(
                     f"the {name} exited with {proc.returncode}; see {self.run_dir}/{name}.log"
                 )
+
+    async def publish_jobs(self, jobs: list[JobSpec], finish: bool = False) -> None:
+        """Register `jobs` and open their round 0 (or, with `finish`, finish them) directly
+        on venn.jobs / venn.rounds, without coordinators."""
+        now = time.time()
+        events: list[tuple[str, ev.Event]] = []
+        for j in jobs:
+            if finish:
+                events.append(
+                    (
+                        topics.ROUNDS,
+                        ev.JobFinished(
+                            event_id=f"fin-{j.job_id}", time=now, job_id=j.job_id,
+                            rounds_completed=0, arrival=now, finished_at=now, jct_s=0.0,
+                        ),
+                    )
+                )  # fmt: skip
+                continue
+            events.append(
+                (
+                    topics.JOBS,
+                    ev.JobRegistered(
+                        event_id=f"reg-{j.job_id}", time=now, job_id=j.job_id,
+                        requirement=j.requirement.as_dict(), demand=j.demand, rounds=j.rounds,
+                        deadline_s=j.deadline, workload_s=j.workload_s,
+                    ),
+                )
+            )  # fmt: skip
+            events.append(
+                (
+                    topics.JOBS,
+                    ev.RoundRequested(
+                        event_id=f"rr-{j.job_id}-0", time=now, job_id=j.job_id, round_index=0,
+                        demand=j.demand,
+                    ),
+                )
+            )  # fmt: skip
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks=1)
+        await producer.start()
+        try:
+            for topic, event in events:
+                await producer.send(topic, ev.encode(event), key=ev.key_of(event))
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    def scheduler_metric(self, name: str, topic: str | None = None) -> float:
+        """A counter of the scheduler's /metrics page (0 if absent)."""
+        url = f"http://127.0.0.1:{self.scheduler_web_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        needle = f'{name}{{topic="{topic}"}} ' if topic else f"{name} "
+        for line in text.splitlines():
+            if line.startswith(needle):
+                return float(line[len(needle) :])
+        return 0.0
 
     def gateway_health(self) -> dict[str, Any]:
         health: dict[str, Any] = http_json(f"{self.url}/healthz")
