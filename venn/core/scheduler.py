@@ -31,9 +31,12 @@ from venn.core.policies.base import OpenJob, Policy, PolicyView
 from venn.core.supply import SupplyWindow
 
 _MASK64 = (1 << 64) - 1
-SMALL_JOBS = 256  # open jobs up to which plain Python compiles faster than numpy
-SMALL_TABLE = 128  # row sections (signatures x tiers x sections) up to which plain
-# Python compiles faster than numpy
+# Sizes up to which the plain-Python compile beats numpy (numpy calls cost microseconds
+# each, bit-set work in Python is linear in the jobs): row sections (signatures x tiers x
+# sections) and open jobs for a first pick; jobs x row sections for a uniform pick.
+SMALL_TABLE = 2048
+SMALL_JOBS = 20_000
+SMALL_UNIFORM = 4096
 
 
 def _splitmix(*parts: int) -> int:
@@ -403,7 +406,7 @@ class Scheduler:
         table = policy.section_table(view)
         k = 1 if table is None else policy.num_sections
         if uniform:
-            if sigs * v * k <= SMALL_TABLE and n * sigs * v <= SMALL_TABLE * 32:
+            if n * sigs * v * k <= SMALL_UNIFORM:
                 return self._tabulate_small(view, tiers, table, k)
             return self._tabulate_numpy(view, tiers, table, k)
         if sigs * v * k <= SMALL_TABLE and n <= SMALL_JOBS:
@@ -434,7 +437,7 @@ class Scheduler:
         )
         return classes
 
-    def _bits_of(self, group: int, tier: int | None) -> tuple[int, list[int]]:
+    def _bits_of(self, key: int, group: int, tier: int | None) -> tuple[int, list[int]]:
         _, _, v, classes, rows, sections, k, _, class_bits = self._bits_cache
         tier_bits = 0
         for t in range(v) if tier is None else (tier,):
@@ -450,8 +453,8 @@ class Scheduler:
             low = b & -b
             members.append((low.bit_length() - 1) // k)
             b ^= low
-        classes[(group, tier)] = entry = (bits, members)
-        class_bits[(group, tier)] = bits
+        classes[key] = entry = (bits, members)
+        class_bits[key] = bits
         return entry
 
     def _tabulate_small(
@@ -477,14 +480,21 @@ class Scheduler:
             view.order_list(policy.ordering) if n <= 128 else view.order(policy.ordering).tolist()
         )
         classes = self._class_bits(table, v, k)
-        keys = list(zip(group, tiers, strict=True))
+        class_bits = self._bits_cache[8]
+        # A job's class (group, tier restriction) as one int: group + groups * (tier + 1).
+        stride = max(1, view.sig_matrix.shape[1])
+        if tiers.count(None) == n:
+            keys = group
+        else:
+            keys = [
+                g if t is None else g + stride * (t + 1) for g, t in zip(group, tiers, strict=True)
+            ]
         if policy.ordering != "idx":
-            keys = [keys[p] for p in order]
+            keys = list(map(keys.__getitem__, order))
         per_class = Counter(keys)
         for key in per_class:
-            if key not in classes:
-                self._bits_of(*key)
-        class_bits = self._bits_cache[8]
+            if key not in class_bits:
+                self._bits_of(key, key % stride, key // stride - 1 if key >= stride else None)
         bits = list(map(class_bits.__getitem__, keys))  # row-section bits, preference order
         if policy.mode == "uniform":
             flat: list[int] = []
