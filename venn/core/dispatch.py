@@ -20,7 +20,9 @@ NO_LIMIT = np.iinfo(np.int64).max // 4
 
 @dataclass(frozen=True)
 class DispatchTable:
-    candidates: np.ndarray  # int64 [signatures, tiers, width]: job idx, -1 padded
+    # int64 [signatures, tiers, width]: job idx, -1 padded; a first pick keeps only each
+    # row's head (width 1), a uniform pick the whole row.
+    candidates: np.ndarray
     counts: np.ndarray  # int64 [signatures, tiers]
     uniform: bool  # pick uniformly among candidates (else the first)
     budget: np.ndarray  # int64 [jobs]: assignments until the table must be recompiled

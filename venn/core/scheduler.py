@@ -9,7 +9,7 @@ an at-least-once pipeline can feed it directly.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -491,7 +491,9 @@ class Scheduler:
             ]
         if policy.ordering != "idx":
             keys = list(map(keys.__getitem__, order))
-        per_class = Counter(keys)
+        per_class: dict[int, int] = {}
+        for key in keys:
+            per_class[key] = per_class.get(key, 0) + 1
         for key in per_class:
             if key not in class_bits:
                 self._bits_of(key, key % stride, key // stride - 1 if key >= stride else None)
