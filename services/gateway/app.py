@@ -6,7 +6,8 @@
   (latest offsets) and matches by the check-in id embedded in the assignment's id
   (`asg:<checkin id>:<job>:<round>`). Answers `{assigned: true, job_id, round_index,
   task_url}` or `{assigned: false, retry_after}`; overload (more than `max_inflight`
-  check-ins in progress) is answered 429 + retry_after at once. Never a 5xx, never later
+  check-ins in progress, or an event loop lagging more than `max_lag_s`) is answered
+  429 + retry_after at once. Never a 5xx, never later
   than the bound.
 - `POST /v1/results`: a device's result -> DeviceResult on venn.results (key job_id).
 - `GET /healthz`, `GET /openapi.json`.
@@ -66,6 +67,7 @@ class GatewayStats:
     fast_no: int = 0
     """Answered at once: no open round with demand admits the device."""
     overloaded: int = 0
+    """Refused at once: too many in flight or the event loop lagging."""
     kafka_errors: int = 0
     invalid: int = 0
     results: int = 0
@@ -104,6 +106,8 @@ class Gateway:
         self.producer: AIOKafkaProducer | None = None
         self.consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._lag_task: asyncio.Task[None] | None = None
+        self.lag_s = 0.0
         self._background: set[asyncio.Task[Any]] = set()
         self.started_at = 0.0
 
@@ -150,8 +154,14 @@ class Gateway:
             raise
         self.started_at = time.time()
         self._task = asyncio.create_task(self._consume(set(follow), ends), name="gateway-consume")
+        self._lag_task = asyncio.create_task(self._watch_lag(), name="gateway-lag")
 
     async def stop(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lag_task
+            self._lag_task = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -169,6 +179,18 @@ class Gateway:
         if self.producer is not None:
             await self.producer.stop()
             self.producer = None
+
+    async def _watch_lag(self, period: float = 0.02) -> None:
+        """Event-loop lag: how late a 20 ms sleep wakes up (a decaying maximum)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(period)
+            late = loop.time() - start - period
+            self.lag_s = max(late, self.lag_s * 0.5)
+
+    def overloaded(self) -> bool:
+        return self.inflight >= self.config.max_inflight or self.lag_s > self.config.max_lag_s
 
     # -- the assignments/jobs/rounds consumer ------------------------------------------
     async def _consume(self, follow: set[TopicPartition], ends: dict[TopicPartition, int]) -> None:
@@ -384,6 +406,7 @@ class Gateway:
             "open_requirements": len(self.view.open_requirements()),
             "inflight": self.inflight,
             "pending": len(self.pending),
+            "loop_lag_ms": round(self.lag_s * 1000, 1),
             "uptime_s": round(time.time() - self.started_at, 3),
             "stats": asdict(self.stats),
         }
@@ -475,7 +498,7 @@ def create_app(
 
     async def checkin(request: web.Request) -> web.Response:
         deadline = asyncio.get_running_loop().time() + config.wait_s
-        if gw.inflight >= config.max_inflight:
+        if gw.overloaded():
             gw.stats.overloaded += 1
             return _answer(*gw.busy("overloaded"))
         gw.inflight += 1

@@ -28,6 +28,10 @@ class GatewayConfig:
     late (with Apache Kafka it is a few ms)."""
     max_inflight: int = 2000
     """Check-ins in progress beyond which new ones get 429 + retry_after at once."""
+    max_lag_s: float = 0.25
+    """Event-loop lag beyond which new check-ins get 429 + retry_after at once: when the
+    process is CPU-bound, requests wait before their handler (and its bound) even starts,
+    so shedding on lag keeps the answers of admitted requests fast."""
     max_body_bytes: int = 16384
     retry_after_s: int = 30
     """retry_after of a check-in that got no assignment."""
@@ -53,6 +57,7 @@ class GatewayConfig:
             port=settings.gateway_port,
             wait_s=float(env.get("VENN_GATEWAY_WAIT_S", "2.0")),
             max_inflight=int(env.get("VENN_GATEWAY_MAX_INFLIGHT", "2000")),
+            max_lag_s=float(env.get("VENN_GATEWAY_MAX_LAG_S", "0.25")),
             max_body_bytes=int(env.get("VENN_GATEWAY_MAX_BODY", "16384")),
             retry_after_s=int(env.get("VENN_GATEWAY_RETRY_AFTER_S", "30")),
             busy_retry_after_s=int(env.get("VENN_GATEWAY_BUSY_RETRY_AFTER_S", "2")),

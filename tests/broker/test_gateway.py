@@ -205,9 +205,11 @@ async def stack(broker: str, run_dir: Path) -> AsyncIterator[Stack]:
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
     s = Stack(tap, server, http, settings, worker)
     try:
-        # Ready once a probe device is assigned through the whole path.
+        # Ready once a probe device is assigned through the whole path. The demand is
+        # large because a try answered before the scheduler woke up is assigned late and
+        # then released by the gateway, which uses up demand.
         tok = uuid.uuid4().hex[:8]
-        await tap.open_job(f"probe-{tok}", f"cpu_{tok}", 1, demand=1)
+        await tap.open_job(f"probe-{tok}", f"cpu_{tok}", 1, demand=100)
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             status, payload, _ = await s.checkin(f"probe-{tok}", {f"cpu_{tok}": 2})
