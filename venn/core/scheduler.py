@@ -104,7 +104,7 @@ class Scheduler:
         self._table = empty_table(0)
         self._dirty = True
         self._replan = True
-        self._bits_cache: tuple | None = None
+        self._bits_cache: _RowSections | None = None
         self.compiles = 0
         self.replans = 0
 
@@ -413,49 +413,14 @@ class Scheduler:
             return self._tabulate_small(view, tiers, table, k)
         return self._tabulate_classes(view, tiers, table, k)
 
-    def _class_bits(self, table: np.ndarray | None, v: int, k: int) -> dict:
-        """Per (group, tier restriction): the bit set of the row sections it is in.
-
-        Bit ``(s * v + t) * k + section`` stands for section ``section`` of row (s, t).
-        Cached while the eligibility and section tables stay the same objects.
-        """
-        cache = self._bits_cache
+    def _row_sections(self, table: np.ndarray | None, v: int, k: int) -> _RowSections:
+        """The class bit sets for the current eligibility and section tables (cached
+        while both stay the same objects)."""
         sig_matrix = self.index.signature_matrix
-        if cache is not None and cache[0] is sig_matrix and cache[1] is table and cache[2] == v:
-            return cache[3]
-        classes: dict = {}
-        self._bits_cache = (
-            sig_matrix,
-            table,
-            v,
-            classes,
-            sig_matrix.tolist(),
-            None if table is None else table.tolist(),
-            k,
-            [sum(1 << (r * k + sec) for r in range(sig_matrix.shape[0] * v)) for sec in range(k)],
-            {},
-        )
-        return classes
-
-    def _bits_of(self, key: int, group: int, tier: int | None) -> tuple[int, list[int]]:
-        _, _, v, classes, rows, sections, k, _, class_bits = self._bits_cache
-        tier_bits = 0
-        for t in range(v) if tier is None else (tier,):
-            tier_bits |= 1 << (t * k)
-        bits = 0
-        stride = v * k
-        for s, row in enumerate(rows):
-            if row[group]:
-                bits |= tier_bits << (s * stride + (sections[s][group] if sections else 0))
-        members = []
-        b = bits
-        while b:
-            low = b & -b
-            members.append((low.bit_length() - 1) // k)
-            b ^= low
-        classes[key] = entry = (bits, members)
-        class_bits[key] = bits
-        return entry
+        cache = self._bits_cache
+        if cache is None or not cache.matches(sig_matrix, table, v):
+            cache = self._bits_cache = _RowSections(sig_matrix, table, v, k)
+        return cache
 
     def _tabulate_small(
         self,
@@ -479,8 +444,8 @@ class Scheduler:
         order = (
             view.order_list(policy.ordering) if n <= 128 else view.order(policy.ordering).tolist()
         )
-        classes = self._class_bits(table, v, k)
-        class_bits = self._bits_cache[8]
+        sections = self._row_sections(table, v, k)
+        class_bits = sections.bits
         # A job's class (group, tier restriction) as one int: group + groups * (tier + 1).
         stride = max(1, view.sig_matrix.shape[1])
         if tiers.count(None) == n:
@@ -496,7 +461,7 @@ class Scheduler:
             per_class[key] = per_class.get(key, 0) + 1
         for key in per_class:
             if key not in class_bits:
-                self._bits_of(key, key % stride, key // stride - 1 if key >= stride else None)
+                sections.add(key, key % stride, key // stride - 1 if key >= stride else None)
         bits = list(map(class_bits.__getitem__, keys))  # row-section bits, preference order
         if policy.mode == "uniform":
             flat: list[int] = []
@@ -516,11 +481,12 @@ class Scheduler:
                 np.array(budget, dtype=np.int64),
             )
         counts = [0] * num_rows
+        members = sections.members
         for key, c in per_class.items():
-            for r in classes[key][1]:
+            for r in members[key]:
                 counts[r] += c
         head = [-1] * num_rows  # position in preference order of each row's first job
-        section_bits = self._bits_cache[7]
+        section_bits = sections.section_bits
         present = 0  # row sections with at least one job
         for key in per_class:
             present |= class_bits[key]
@@ -683,6 +649,50 @@ class Scheduler:
                     )
                     budget[idx_s[b]] = np.minimum(budget[idx_s[b]], limit)
         return DispatchTable(candidates.reshape(sigs, v, 1), counts.reshape(sigs, v), False, budget)
+
+
+class _RowSections:
+    """Bit sets of the row sections each job class (group, tier restriction) is in.
+
+    Bit ``(s * v + t) * k + section`` stands for section ``section`` of row (s, t) of a
+    dispatch table over ``v`` tiers and ``k`` sections.
+    """
+
+    def __init__(self, sig_matrix: np.ndarray, table: np.ndarray | None, v: int, k: int):
+        self.sig_matrix = sig_matrix
+        self.table = table
+        self.v = v
+        self.k = k
+        self._rows = sig_matrix.tolist()
+        self._sections = None if table is None else table.tolist()
+        # All rows' bits of one section: sum of 2**(r*k + section) over rows r.
+        row_bits = ((1 << (sig_matrix.shape[0] * v * k)) - 1) // ((1 << k) - 1)
+        self.section_bits = [row_bits << sec for sec in range(k)]
+        self.bits: dict[int, int] = {}  # class key -> its row-section bits
+        self.members: dict[int, list[int]] = {}  # class key -> its rows
+
+    def matches(self, sig_matrix: np.ndarray, table: np.ndarray | None, v: int) -> bool:
+        return self.sig_matrix is sig_matrix and self.table is table and self.v == v
+
+    def add(self, key: int, group: int, tier: int | None) -> None:
+        v, k = self.v, self.k
+        tier_bits = 0
+        for t in range(v) if tier is None else (tier,):
+            tier_bits |= 1 << (t * k)
+        bits = 0
+        stride = v * k
+        sections = self._sections
+        for s, row in enumerate(self._rows):
+            if row[group]:
+                bits |= tier_bits << (s * stride + (sections[s][group] if sections else 0))
+        members = []
+        b = bits
+        while b:
+            low = b & -b
+            members.append((low.bit_length() - 1) // k)
+            b ^= low
+        self.bits[key] = bits
+        self.members[key] = members
 
 
 _BY_IDX = attrgetter("idx")
