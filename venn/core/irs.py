@@ -75,12 +75,19 @@ def irs_plan_grouped(
         return np.full(num_sigs, -1, dtype=np.int64)
     if num_sigs * num <= SMALL_CELLS and sum(len(q) for q in queues) <= SMALL_JOBS:
         sup = np.asarray(supply, dtype=np.float64).tolist()
-        if all(x.is_integer() for x in sup) and sum(abs(x) for x in sup) < 2.0**52:
+        if all(map(float.is_integer, sup)) and sum(map(abs, sup)) < 2.0**52:
             owner = _plan_small(
                 sig_matrix.tolist(),
                 sup,
                 [int(g) for g in groups],
-                [q.tolist() if isinstance(q, np.ndarray) else list(q) for q in queues],
+                [
+                    q
+                    if isinstance(q, list)
+                    else q.tolist()
+                    if isinstance(q, np.ndarray)
+                    else list(q)
+                    for q in queues
+                ],
                 queue_scale or {},
             )
             return np.array(owner, dtype=np.int64)

@@ -525,13 +525,15 @@ class Scheduler:
                 )
                 if limit < remaining[pr]:
                     budget[idx[pr]] = limit
+        # One array for all three parts (each numpy call costs more than the data).
+        out = np.array(
+            [idx[order[q]] if q >= 0 else -1 for q in head] + counts + budget, dtype=np.int64
+        )
         return DispatchTable(
-            np.array([idx[order[q]] if q >= 0 else -1 for q in head], dtype=np.int64).reshape(
-                sigs, v, 1
-            ),
-            np.array(counts, dtype=np.int64).reshape(sigs, v),
+            out[:num_rows].reshape(sigs, v, 1),
+            out[num_rows : 2 * num_rows].reshape(sigs, v),
             False,
-            np.array(budget, dtype=np.int64),
+            out[2 * num_rows :],
         )
 
     def _tabulate_numpy(

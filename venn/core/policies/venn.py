@@ -31,7 +31,7 @@ class IrsPolicy:
         else:
             groups, queues = view.group_queues()
             owner = irs_plan_grouped(view.sig_matrix, view.supply, groups, queues, view.group_scale)
-        if not np.array_equal(owner, self.owner):
+        if owner.tolist() != self.owner.tolist():
             self._table = None  # the section table follows the owners
         self.owner = owner
 
