@@ -509,13 +509,21 @@ async def gateway_sweep(
         saturation = max(saturation if steps[-1].saturated else 0.0, max(s.good_rps for s in ok))
     half = None
     if saturation > 0:
-        await settle(stack)
-        half_step = await gateway_step(
-            stack, mode, round(saturation / 2), duration, demand, broker_pid
-        )
-        print(f"  {mode:8} half-saturation {half_step.target_rps:.0f}/s -> p99 "
-              f"{half_step.result['p99_ms']:.1f} ms", flush=True)  # fmt: skip
+        # Repeated, median by p99: on a shared 2-core machine one run can land on a burst
+        # of another tenant's work.
+        repeats = []
+        for _ in range(HALF_REPEATS):
+            await settle(stack)
+            repeats.append(
+                await gateway_step(stack, mode, round(saturation / 2), duration, demand, broker_pid)
+            )
+        repeats.sort(key=lambda s: s.result["p99_ms"])
+        half_step = repeats[len(repeats) // 2]
+        p99s = [s.result["p99_ms"] for s in repeats]
+        print(f"  {mode:8} half-saturation {half_step.target_rps:.0f}/s -> p99 {p99s} ms",
+              flush=True)  # fmt: skip
         half = half_step.row()
+        half["p99_ms_repeats"] = p99s
     return {
         "steps": [s.row() for s in steps],
         "saturation_rps": round(saturation, 1),
@@ -628,9 +636,11 @@ def report_markdown(r: dict[str, Any]) -> str:
         if not sweep:
             continue
         half = sweep["half_saturation"] or {}
+        repeats = ", ".join(_fmt(p) for p in half.get("p99_ms_repeats", []))
         lines.append(
             f"| {label}: saturation / p99 at half of it (goal < 50 ms) | "
-            f"{_fmt(sweep['saturation_rps'])} /s / {_fmt(half.get('p99_ms'), ' ms')} |"
+            f"{_fmt(sweep['saturation_rps'])} /s / {_fmt(half.get('p99_ms'), ' ms')} "
+            f"(median of {repeats}) |"
         )
     lines += [
         "",
@@ -735,6 +745,7 @@ FULL = Plan(50_000, 200_000, 10_000, [200, 400, 600, 800, 1000, 1200, 1600, 2400
 QUICK = Plan(20_000, 50_000, 4_000, [200, 800, 1600], [50, 200, 400], 3.0, False)
 
 DEMAND = 250
+HALF_REPEATS = 3
 
 
 async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
