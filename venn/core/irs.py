@@ -208,34 +208,35 @@ def _plan_numpy(
     qs = [queues[p] for p in rank_of.tolist()]
     lengths = [len(q) for q in qs]
     drains: dict[int, float] = {}  # sum of a queue, added in order as ``sum`` does
+    claim = claimed.tolist()
 
     for j in range(num - 1, 0, -1):
-        cj = float(claimed[j])
+        cj = claim[j]
         if cj <= 0:
             continue
         col = elig[:, j]
         # Groups below j that hold part of j's eligible signatures and have supply: the
         # only ones the loop can move from (a move to j never changes them).
-        counts = np.bincount(own[col], minlength=num)[:j]  # col implies an owner
-        ks = np.flatnonzero((counts > 0) & (claimed[:j] > 0))[::-1].tolist()
+        holders = set(own[col].tolist())  # col implies an owner
+        ks = sorted((k for k in holders if k < j and claim[k] > 0), reverse=True)
         if not ks:
             continue
-        elapsed = None
+        elapsed: list[float] | None = None
         for k in ks:
-            ck = float(claimed[k])
-            if elapsed is None:
-                elapsed = np.cumsum(qs[j] / cj)  # sequential, like the running sum
+            ck = claim[k]
+            if elapsed is None:  # j's running drain times, added in order
+                elapsed = list(accumulate([d / cj for d in qs[j].tolist()]))
             drain = drains.get(k)
             if drain is None:
                 drain = drains[k] = sum(qs[k].tolist())
-            m_j = int(np.searchsorted(elapsed, drain / ck, side="left"))
+            m_j = bisect_left(elapsed, drain / ck)
             if m_j * scales[j] / cj > lengths[k] * scales[k] / ck:
                 overlap = (own == k) & col
                 moved = float(supply[overlap].sum())
                 own[overlap] = j
-                claimed[j] += moved
-                claimed[k] -= moved
-                cj = float(claimed[j])
+                claim[j] += moved
+                claim[k] -= moved
+                cj = claim[j]
                 elapsed = None
             else:
                 break
