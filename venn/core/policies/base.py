@@ -11,8 +11,8 @@ signatures at once (with numpy, or plain Python when the instance is small):
   remaining demand, then idx);
 - ``section_table(view)``: ``None`` (one section), or an int [signatures, groups] array:
   the section (below ``num_sections``) that group's jobs fall in for a device of that
-  signature. A signature's
-  candidates are its eligible jobs, section by section (ascending), each in ``ordering``.
+  signature. A signature's candidates are its eligible jobs, section by section
+  (ascending), each section in ``ordering``.
 
 ``sections(view, signature)`` spells the same thing out as lists of ``OpenJob`` (for
 readers and tests; the scheduler does not call it).
