@@ -12,6 +12,9 @@ from rich.console import Console
 from rich.live import Live
 
 from venn.settings import Settings
+from venn.stack.demo import DemoConfig
+
+_DEMO = DemoConfig()
 
 
 def up(
@@ -45,12 +48,14 @@ def demo(
     policy: Annotated[str, typer.Option(help="random|fifo|srsf|venn|venn-sched|venn-match")] = (
         "venn"
     ),
-    jobs: Annotated[int, typer.Option(help="Number of jobs to sample.")] = 5,
-    speedup: Annotated[float, typer.Option(help="Trace seconds per wall second.")] = 12.0,
-    rate: Annotated[float, typer.Option(help="Device check-ins per trace second.")] = 1.5,
+    jobs: Annotated[int, typer.Option(help="Number of jobs to sample.")] = _DEMO.jobs,
+    speedup: Annotated[float, typer.Option(help="Trace seconds per wall second.")] = _DEMO.speedup,
+    rate: Annotated[float, typer.Option(help="Device check-ins per trace second.")] = (
+        _DEMO.rate_per_s
+    ),
     arrival_scale: Annotated[
         float, typer.Option(help="Factor on the workload's inter-arrival gaps.")
-    ] = 0.05,
+    ] = _DEMO.arrival_scale,
     database_url: Annotated[
         str, typer.Option(help="Audit DB URL (default: SQLite in a temp dir).")
     ] = "",  # VENN_DATABASE_URL when set
