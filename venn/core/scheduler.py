@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 import numpy as np
 
@@ -306,9 +305,8 @@ class Scheduler:
         return self._table
 
     def _open_states(self) -> list[JobState]:
-        states = [js for js in self.jobs.values() if js.round_open and js.remaining > 0]
-        states.sort(key=_BY_IDX)  # already in idx order unless restored out of order
-        return states
+        # ``jobs`` is in idx order: add_job inserts each job with the next idx.
+        return [js for js in self.jobs.values() if js.round_open and js.remaining > 0]
 
     def _open_jobs(self, now: float) -> tuple[OpenJob, ...]:
         return self._view(now).open_jobs
@@ -695,6 +693,3 @@ class _RowSections:
             b ^= low
         self.bits[key] = bits
         self.members[key] = members
-
-
-_BY_IDX = attrgetter("idx")
