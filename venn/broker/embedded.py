@@ -190,7 +190,8 @@ class EmbeddedBroker:
         self.stop()
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True if a process with this pid exists and is not an exited, unreaped child."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -212,7 +213,7 @@ def read_detached(run_dir: str | Path) -> dict[str, object] | None:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or not _pid_alive(int(record.get("pid", 0)) or -1):
+    if not isinstance(record, dict) or not pid_alive(int(record.get("pid", 0)) or -1):
         return None
     return record
 
@@ -242,5 +243,5 @@ def stop_detached(run_dir: str | Path, timeout: float = 5.0) -> bool:
     if record is None:
         return False
     pid = int(record["pid"])  # type: ignore[call-overload]
-    _terminate(pid, timeout, lambda: _pid_alive(pid))
+    _terminate(pid, timeout, lambda: pid_alive(pid))
     return True

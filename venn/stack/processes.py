@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from venn.broker.embedded import pid_alive
+
 SERVICES_FILE = "services.json"
 
 
@@ -34,20 +36,6 @@ def recorder_spec() -> ServiceSpec:
     return ServiceSpec("recorder", ("-m", "services.recorder", "--log-level", "WARNING"))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    return True
-
-
 def _read(run_dir: Path) -> dict[str, int]:
     try:
         data = json.loads((run_dir / SERVICES_FILE).read_text())
@@ -62,7 +50,7 @@ def _write(run_dir: Path, pids: dict[str, int]) -> None:
 
 def running_services(run_dir: str | Path) -> dict[str, int]:
     """Recorded services of ``run_dir`` that are still alive: {name: pid}."""
-    return {name: pid for name, pid in _read(Path(run_dir)).items() if _alive(pid)}
+    return {name: pid for name, pid in _read(Path(run_dir)).items() if pid_alive(pid)}
 
 
 def start_service(
@@ -92,19 +80,19 @@ def start_service(
 
 def stop_pid(pid: int, timeout: float = 10.0) -> bool:
     """SIGTERM, then SIGKILL after ``timeout``. True if the process was running."""
-    if not _alive(pid):
+    if not pid_alive(pid):
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not pid_alive(pid):
             return True
         time.sleep(0.05)
     # Faust can hang in wait_empty on SIGTERM after an agent crash (kafka-notes).
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    while _alive(pid):
+    while pid_alive(pid):
         time.sleep(0.02)
     return True
 
