@@ -79,6 +79,30 @@ class Assignment(Event, tag="assignment"):
     bandwidth_kbps: NonNegFloat
 
 
+class CheckinBatch(Event, tag="checkin_batch"):
+    """Check-ins a gateway received within a few milliseconds, as one message: the broker
+    and the stream processor pay per message, not per byte. Topic venn.checkins."""
+
+    checkins: list[DeviceCheckin]
+    reply_to: str | None = None
+    """Where the scheduler sends CheckinsDeclined for the check-ins it did not assign
+    (a gateway's id); None: no reply."""
+
+
+class AssignmentBatch(Event, tag="assignment_batch"):
+    """The assignments one check-in batch gave one job. Topic venn.assignments, key job_id."""
+
+    job_id: Id
+    assignments: list[Assignment]
+
+
+class CheckinsDeclined(Event, tag="checkins_declined"):
+    """The check-ins of one batch that got no assignment. Topic venn.replies."""
+
+    reply_to: Id
+    checkin_ids: list[str]
+
+
 class DeviceResult(Event, tag="device_result"):
     job_id: Id
     round_index: NonNegInt
@@ -127,6 +151,9 @@ class DeadLetter(Event, tag="dead_letter"):
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     DeviceCheckin,
+    CheckinBatch,
+    AssignmentBatch,
+    CheckinsDeclined,
     JobRegistered,
     RoundRequested,
     JobCancelled,
@@ -139,6 +166,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 
 AnyEvent = (
     DeviceCheckin
+    | CheckinBatch
+    | AssignmentBatch
+    | CheckinsDeclined
     | JobRegistered
     | RoundRequested
     | JobCancelled
@@ -150,12 +180,13 @@ AnyEvent = (
 )
 
 ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
-    topics.CHECKINS: (DeviceCheckin,),
+    topics.CHECKINS: (DeviceCheckin, CheckinBatch),
     topics.JOBS: (JobRegistered, RoundRequested, JobCancelled),
-    topics.ASSIGNMENTS: (Assignment,),
+    topics.ASSIGNMENTS: (Assignment, AssignmentBatch),
     topics.RESULTS: (DeviceResult,),
     topics.ROUNDS: (RoundClosed, JobFinished),
     topics.DEAD_LETTERS: (DeadLetter,),
+    topics.REPLIES: (CheckinsDeclined,),
 }
 """Which event types each topic may carry."""
 
@@ -238,6 +269,50 @@ def decode(
             f"event type {event.type_name()!r} is not allowed here (allowed: {names})",
         )
     return event
+
+
+class _BatchEnvelope(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    type: Literal["checkin_batch"]
+    schema_version: Literal[1] = 1
+    event_id: Id
+    time: float
+    checkins: list[msgspec.Raw]
+    reply_to: str | None = None
+
+
+_envelope_decoder = msgspec.json.Decoder(_BatchEnvelope)
+
+
+def salvage_checkins(
+    raw: bytes, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[CheckinBatch, list[tuple[bytes, InvalidEvent]]] | None:
+    """For a check-in batch that failed strict decoding: a batch of its valid check-ins and
+    (item bytes, reason) for each invalid one, so one bad device loses none of the others.
+    None when the envelope itself is not a valid batch (the whole message is bad)."""
+    if not raw or len(raw) > max_bytes:
+        return None
+    try:
+        envelope = _envelope_decoder.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    valid: list[DeviceCheckin] = []
+    invalid: list[tuple[bytes, InvalidEvent]] = []
+    for item in envelope.checkins:
+        item_bytes = bytes(item)
+        try:
+            checkin = decode(item_bytes, (DeviceCheckin,), max_bytes)
+        except InvalidEvent as exc:
+            invalid.append((item_bytes, exc))
+            continue
+        assert isinstance(checkin, DeviceCheckin)
+        valid.append(checkin)
+    batch = CheckinBatch(
+        event_id=envelope.event_id,
+        time=envelope.time,
+        checkins=valid,
+        reply_to=envelope.reply_to,
+    )
+    return batch, invalid
 
 
 def _classify(message: str) -> InvalidEvent:

@@ -65,6 +65,7 @@ def test_default_topic_catalogue() -> None:
         "venn.results",
         "venn.rounds",
         "venn.dead-letters",
+        "venn.replies",
     )
     assert changelog_topic("venn-scheduler", "jobs") == "venn-scheduler-jobs-changelog"
 

@@ -11,11 +11,15 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from referencing import Registry, Resource
 
 from venn import events
 from venn.events import (
     EVENT_TYPES,
     Assignment,
+    AssignmentBatch,
+    CheckinBatch,
+    CheckinsDeclined,
     DeadLetter,
     DeviceCheckin,
     DeviceResult,
@@ -101,15 +105,30 @@ SAMPLES: dict[type[Event], Event] = {
     ),
     DeadLetter: dead_letter_for(b"\x00junk", "not_json: x", "venn.jobs", 2, 17, now=6.0),
 }
+SAMPLES[CheckinBatch] = CheckinBatch(
+    event_id="b1", time=1.6, checkins=[SAMPLES[DeviceCheckin]], reply_to="gw-1"
+)
+SAMPLES[AssignmentBatch] = AssignmentBatch(
+    event_id="ab1", time=2.1, job_id="j1", assignments=[SAMPLES[Assignment]]
+)
+SAMPLES[CheckinsDeclined] = CheckinsDeclined(
+    event_id="dec1", time=2.2, reply_to="gw-1", checkin_ids=["c1"]
+)
 
 ALL = list(SAMPLES.values())
 IDS = [type(e).type_name() for e in ALL]
 
 
+# Batch schemas refer to the item schemas by relative $ref.
+REGISTRY: Registry[Any] = Registry().with_resources(
+    (load_schema(t)["$id"], Resource.from_contents(load_schema(t))) for t in EVENT_TYPES
+)
+
+
 def validator(event_type: type[Event]) -> jsonschema.Draft202012Validator:
     schema = load_schema(event_type)
     jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft202012Validator(schema, registry=REGISTRY)
 
 
 def as_dict(event: Event) -> dict[str, Any]:
@@ -336,3 +355,31 @@ def test_model_and_schema_agree_on_mutated_events(event: Event, data: st.DataObj
     else:
         model_ok = True
     assert model_ok == schema_ok, (name, doc[name])
+
+
+def test_a_bad_item_in_a_checkin_batch_loses_none_of_the_others() -> None:
+    good = SAMPLES[DeviceCheckin]
+    doc = as_dict(SAMPLES[CheckinBatch])
+    doc["checkins"] = [as_dict(good), {**as_dict(good), "device_id": ""}, {"type": "x"}]
+    raw = json.dumps(doc).encode()
+    assert rejected_by_both(CheckinBatch, doc).kind == "invalid_value"
+    salvaged = events.salvage_checkins(raw)
+    assert salvaged is not None
+    batch, bad = salvaged
+    assert batch.checkins == [good] and batch.event_id == "b1" and batch.reply_to == "gw-1"
+    assert [e.kind for _, e in bad] == ["invalid_value", "unknown_type"]
+    assert json.loads(bad[0][0])["device_id"] == ""
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"not json",
+        b'{"type": "checkin_batch"}',
+        b'{"type":"checkin_batch","event_id":"b","time":1,"checkins":{}}',
+        encode(SAMPLES[DeviceCheckin]),
+    ],
+)
+def test_salvage_refuses_what_is_not_a_batch(raw: bytes) -> None:
+    assert events.salvage_checkins(raw) is None

@@ -25,8 +25,19 @@ ROUNDS = "venn.rounds"
 """Coordinators -> recorder/scheduler: round closed, job finished. Key: job_id."""
 DEAD_LETTERS = "venn.dead-letters"
 """Anything malformed: original bytes + reason + source topic/partition/offset."""
+REPLIES = "venn.replies"
+"""Scheduler -> gateways: the check-ins of a batch that got no assignment, so the gateway
+answers retry_after at once instead of waiting out its bound. Key: the batch's reply_to."""
 
-ALL_TOPICS: tuple[str, ...] = (CHECKINS, JOBS, ASSIGNMENTS, RESULTS, ROUNDS, DEAD_LETTERS)
+ALL_TOPICS: tuple[str, ...] = (
+    CHECKINS,
+    JOBS,
+    ASSIGNMENTS,
+    RESULTS,
+    ROUNDS,
+    DEAD_LETTERS,
+    REPLIES,
+)
 
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3
