@@ -11,8 +11,9 @@ docs/bench/pipeline.json and the table + command into docs/performance.md (betwe
 1. Raw broker (aiokafka, this process): produce with `send()` and with
    `create_batch()/send_batch()`, consume with `getmany(max_records=10000)`; messages are
    encoded DeviceCheckin events (~220 bytes) on a 4-partition topic.
-2. Pipeline (one scheduler worker): N check-ins produced straight to venn.checkins
-   (a) no job admits them: decisions/s (from the scheduler's metrics page), and
+2. Pipeline (one scheduler worker): N check-ins produced straight to venn.checkins, one
+   per message (the baseline) and as CheckinBatch events (what the gateway and the fleet
+   send): (a) no job admits them: decisions/s (from the scheduler's metrics page), and
    (b) every one is eligible and there is demand for all: assignments/s seen on
    venn.assignments. Compared with the raw consume rate of step 1.
 3. Gateway (one `python -m services.gateway` process): an open-loop load generator in a
@@ -21,8 +22,8 @@ docs/bench/pipeline.json and the table + command into docs/performance.md (betwe
    saturation, then at half the saturation rate; bounded in count and time. Two paths:
    "instant" (no open round admits the device: answered after the produce) and "assigned"
    (eligible devices, demand available: answered with the scheduler's assignment), the
-   latter with the stock scheduler and with a 10 ms consumer fetch wait
-   (`loadtest.scheduler_fetchwait`).
+   latter with the scheduler's default 10 ms consumer fetch wait and, as the baseline,
+   Faust's own 1,500 ms (VENN_SCHEDULER_FETCH_WAIT_MS).
 """
 
 from __future__ import annotations
@@ -305,7 +306,52 @@ async def wait_metric(
     return None
 
 
-async def pipeline_rates(stack: Any, n: int, demand: int, timeout: float) -> dict[str, Any]:
+def as_messages(values: list[tuple[bytes, bytes]], batch: int) -> list[tuple[bytes, bytes]]:
+    """Check-ins as Kafka messages: one each (batch 1) or CheckinBatch events of `batch`."""
+    from venn import events as ev
+
+    if batch <= 1:
+        return values
+    out = []
+    for start in range(0, len(values), batch):
+        batch_id = f"bench-batch-{uuid.uuid4().hex[:12]}"
+        items = [v for _, v in values[start : start + batch]]
+        out.append((batch_id.encode(), ev.encode_checkin_batch(batch_id, time.time(), items)))
+    return out
+
+
+async def decision_rate(stack: Any, n: int, batch: int, timeout: float) -> dict[str, Any]:
+    """(a) n check-ins that no job admits: how fast the scheduler decides them."""
+    metric = "venn_scheduler_checkins_total"
+    sched = stack.scheduler.pid if stack.scheduler else None
+    tok = uuid.uuid4().hex[:6]
+    values = [
+        (f"none-{tok}-{i}".encode(), sample_checkin(i, {f"none_{tok}": 1.0}, f"none-{tok}"))
+        for i in range(n)
+    ]
+    messages = as_messages(values, batch)
+    base = await asyncio.to_thread(stack.scheduler_metric, metric, None)
+    cpu0 = proc_cpu(sched)
+    start = time.perf_counter()
+    produce_s = await produce_batches(stack.bootstrap, "venn.checkins", messages)
+    done = await wait_metric(stack, metric, None, base + n, timeout)
+    seconds = (done or time.perf_counter()) - start
+    return {
+        "checkins": n,
+        "batch": batch,
+        "messages": len(messages),
+        "seconds": round(seconds, 3),
+        "rate": round(n / seconds) if done else None,
+        "produce_s": round(produce_s, 3),
+        "scheduler_cpu_us_per_checkin": round((proc_cpu(sched) - cpu0) / n * 1e6, 1),
+        "completed": done is not None,
+    }
+
+
+async def assignment_rate(
+    stack: Any, n: int, demand: int, batch: int, timeout: float
+) -> dict[str, Any]:
+    """(b) n eligible check-ins and demand for all of them: assignments/s on the topic."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from loadtest.stack import probe_job
@@ -313,30 +359,7 @@ async def pipeline_rates(stack: Any, n: int, demand: int, timeout: float) -> dic
     from venn.broker import topics
 
     events_metric = "venn_scheduler_events_total"
-    out: dict[str, Any] = {"checkins": n}
     sched = stack.scheduler.pid if stack.scheduler else None
-
-    # (a) decisions: no job admits these devices.
-    tok = uuid.uuid4().hex[:6]
-    values = [
-        (f"none-{tok}-{i}".encode(), sample_checkin(i, {f"none_{tok}": 1.0}, f"none-{tok}"))
-        for i in range(n)
-    ]
-    base = await asyncio.to_thread(stack.scheduler_metric, events_metric, topics.CHECKINS)
-    cpu0 = proc_cpu(sched)
-    start = time.perf_counter()
-    produce_s = await produce_batches(stack.bootstrap, topics.CHECKINS, values)
-    done = await wait_metric(stack, events_metric, topics.CHECKINS, base + n, timeout)
-    seconds = (done or time.perf_counter()) - start
-    out["decisions"] = {
-        "seconds": round(seconds, 3),
-        "rate": round(n / seconds) if done else None,
-        "produce_s": round(produce_s, 3),
-        "scheduler_cpu_us_per_event": round((proc_cpu(sched) - cpu0) / n * 1e6),
-        "completed": done is not None,
-    }
-
-    # (b) assignments: every device eligible, demand for all of them.
     tok = uuid.uuid4().hex[:6]
     attr = f"bench_{tok}"
     jobs = [probe_job(f"pipe-{tok}-{j}", attr, demand) for j in range(math.ceil(n / demand))]
@@ -355,34 +378,55 @@ async def pipeline_rates(stack: Any, n: int, demand: int, timeout: float) -> dic
         (f"elig-{tok}-{i}".encode(), sample_checkin(i, {attr: 2.0}, f"elig-{tok}"))
         for i in range(n)
     ]
+    messages = as_messages(values, batch)
+    allowed = ev.ALLOWED_ON[topics.ASSIGNMENTS]
     cpu0 = proc_cpu(sched)
     start = time.perf_counter()
-    produce_s = await produce_batches(stack.bootstrap, topics.CHECKINS, values)
+    produce_s = await produce_batches(stack.bootstrap, topics.CHECKINS, messages)
     assigned = 0
     last = start
     deadline = start + timeout
     try:
         while assigned < n and time.perf_counter() < deadline:
-            for messages in (await consumer.getmany(timeout_ms=200, max_records=10000)).values():
-                for m in messages:
-                    a = ev.decode(m.value, (ev.Assignment,))
-                    if isinstance(a, ev.Assignment) and a.job_id in mine:
-                        assigned += 1
-                        last = time.perf_counter()
+            for records in (await consumer.getmany(timeout_ms=200, max_records=10000)).values():
+                for m in records:
+                    for a in ev.assignments_of(ev.decode(m.value, allowed)):
+                        if a.job_id in mine:
+                            assigned += 1
+                            last = time.perf_counter()
     finally:
         await consumer.stop()
     seconds = last - start
-    out["assignments"] = {
+    await stack.publish_jobs(jobs, finish=True)
+    return {
+        "checkins": n,
+        "batch": batch,
+        "messages": len(messages),
         "jobs": len(jobs),
         "demand_per_job": demand,
         "assigned": assigned,
         "seconds": round(seconds, 3),
         "rate": round(assigned / seconds) if assigned else 0,
         "produce_s": round(produce_s, 3),
-        "scheduler_cpu_us_per_assignment": round((proc_cpu(sched) - cpu0) / max(assigned, 1) * 1e6),
+        "scheduler_cpu_us_per_assignment": round(
+            (proc_cpu(sched) - cpu0) / max(assigned, 1) * 1e6, 1
+        ),
         "completed": assigned >= n,
     }
-    await stack.publish_jobs(jobs, finish=True)
+
+
+async def pipeline_rates(
+    stack: Any, n: int, n_batched: int, demand: int, timeout: float
+) -> dict[str, Any]:
+    """Decisions and assignments, with one check-in per message (the baseline) and with
+    CheckinBatch messages of BATCH check-ins (what the gateway and the fleet send)."""
+    out: dict[str, Any] = {}
+    for label, count, batch in (("single", n, 1), ("batched", n_batched, BATCH)):
+        out[label] = {
+            "decisions": await decision_rate(stack, count, batch, timeout),
+            "assignments": await assignment_rate(stack, count, demand, batch, timeout),
+        }
+        print(f"  {label}: {out[label]}", flush=True)
     return out
 
 
@@ -617,20 +661,26 @@ def report_markdown(r: dict[str, Any]) -> str:
         f"| Raw produce, `create_batch()/send_batch()` | {_fmt(raw['produce_batch']['rate'])} "
         "msg/s |",
         f"| Raw consume, `getmany(max_records=10000)` | {_fmt(consume)} msg/s |",
-        f"| Pipeline: {pipe['checkins']:,} check-ins, decisions (no job admits the device) | "
-        f"{_fmt(pipe['decisions']['rate'])} /s "
-        f"({pipe['decisions']['scheduler_cpu_us_per_event']} µs scheduler CPU each) |",
-        f"| Pipeline: check-in -> assignment ({pipe['assignments']['jobs']} jobs x "
-        f"{pipe['assignments']['demand_per_job']} devices) | "
-        f"{_fmt(pipe['assignments']['rate'])} /s "
-        f"({pipe['assignments']['scheduler_cpu_us_per_assignment']} µs scheduler CPU each) |",
-        f"| Pipeline / raw consume (goal >= 50%) | "
+    ]
+    for label, how in (("single", "one check-in per message"),
+                       ("batched", f"CheckinBatch of {BATCH} per message")):  # fmt: skip
+        d, a = pipe[label]["decisions"], pipe[label]["assignments"]
+        lines += [
+            f"| Pipeline, {how}: {d['checkins']:,} check-ins no job admits, decided | "
+            f"{_fmt(d['rate'])} /s ({d['scheduler_cpu_us_per_checkin']} µs scheduler CPU "
+            "each) |",
+            f"| Pipeline, {how}: check-in -> assignment ({a['jobs']} jobs x "
+            f"{a['demand_per_job']} devices) | {_fmt(a['rate'])} /s "
+            f"({a['scheduler_cpu_us_per_assignment']} µs scheduler CPU each) |",
+        ]
+    lines += [
+        f"| Pipeline (batched) / raw consume (goal >= 50%) | "
         f"{_fmt(r['goals']['pipeline_over_consume_pct'], '%')} |",
     ]
     for key, label in (
         ("instant", "Gateway, answered at once (no open round admits the device)"),
-        ("assigned", "Gateway, answered with an assignment (stock scheduler)"),
-        ("assigned_fetch10", "Gateway, answered with an assignment (scheduler fetch wait 10 ms)"),
+        ("assigned", "Gateway, answered with an assignment (scheduler fetch wait 10 ms)"),
+        ("assigned_fetch1500", "Gateway, answered with an assignment (Faust's 1,500 ms wait)"),
     ):
         sweep = r["gateway"].get(key)
         if not sweep:
@@ -734,18 +784,22 @@ class Plan:
     raw_send: int
     raw_batch: int
     pipeline_n: int
+    pipeline_batched_n: int
     instant_rates: list[float]
     assigned_rates: list[float]
     step_s: float
     profile: bool
 
 
-FULL = Plan(50_000, 200_000, 10_000, [200, 400, 600, 800, 1000, 1200, 1600, 2400],
+FULL = Plan(50_000, 200_000, 5_000, 50_000, [200, 400, 600, 800, 1000, 1200, 1600, 2400],
             [50, 100, 150, 200, 300, 400, 600, 800], 5.0, True)  # fmt: skip
-QUICK = Plan(20_000, 50_000, 4_000, [200, 800, 1600], [50, 200, 400], 3.0, False)
+QUICK = Plan(20_000, 50_000, 2_000, 20_000, [200, 800, 1600], [50, 200, 400], 3.0, False)
 
 DEMAND = 250
+BATCH = 128
+"""Check-ins per CheckinBatch, as the gateway (VENN_GATEWAY_BATCH_MAX) and the fleet send."""
 HALF_REPEATS = 3
+FAUST_FETCH_WAIT_MS = 1500
 
 
 async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
@@ -771,27 +825,28 @@ async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
     with EmbeddedBroker(log_path=workdir / "broker-a.log") as broker:
         result["raw"] = await raw_rates(broker.bootstrap, plan.raw_send, plan.raw_batch)
         print(f"  {result['raw']}", flush=True)
-        config = StackConfig(run_dir=workdir / "stock", broker=broker.bootstrap,
+        config = StackConfig(run_dir=workdir / "default", broker=broker.bootstrap,
                              coordinators=False, wait_s=WAIT_S)  # fmt: skip
         async with LoadStack(config) as stack:
             # Gateway sweeps first: the pipeline phase leaves the scheduler a backlog.
-            print("2. gateway sweeps (stock scheduler)", flush=True)
+            print("2. gateway sweeps", flush=True)
             for mode, rates in (("instant", plan.instant_rates),
                                 ("assigned", plan.assigned_rates)):  # fmt: skip
                 result["gateway"][mode] = await gateway_sweep(
                     stack, mode, rates, plan.step_s, DEMAND, broker.pid
                 )
-            print("3. pipeline (stock scheduler)", flush=True)
+            print("3. pipeline", flush=True)
             await settle(stack)
-            result["pipeline"] = await pipeline_rates(stack, plan.pipeline_n, DEMAND, 300)
-            print(f"  {result['pipeline']}", flush=True)
+            result["pipeline"] = await pipeline_rates(
+                stack, plan.pipeline_n, plan.pipeline_batched_n, DEMAND, 300
+            )
     with EmbeddedBroker(log_path=workdir / "broker-b.log") as broker:
-        config = StackConfig(run_dir=workdir / "fetch10", broker=broker.bootstrap,
+        config = StackConfig(run_dir=workdir / "fetch1500", broker=broker.bootstrap,
                              coordinators=False, wait_s=WAIT_S,
-                             scheduler_fetch_wait_ms=10)  # fmt: skip
+                             scheduler_fetch_wait_ms=FAUST_FETCH_WAIT_MS)  # fmt: skip
         async with LoadStack(config) as stack:
-            print("4. gateway sweep, scheduler fetch wait 10 ms", flush=True)
-            result["gateway"]["assigned_fetch10"] = await gateway_sweep(
+            print("4. gateway sweep, Faust's own scheduler fetch wait (1,500 ms)", flush=True)
+            result["gateway"]["assigned_fetch1500"] = await gateway_sweep(
                 stack, "assigned", plan.assigned_rates, plan.step_s, DEMAND, broker.pid
             )
     busy1, own1 = machine_busy_s(), own_cpu_s()
@@ -801,16 +856,16 @@ async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
         sat = result["gateway"]["instant"]["saturation_rps"] or 400
         with EmbeddedBroker(log_path=workdir / "broker-c.log") as broker:
             config = StackConfig(run_dir=workdir / "profiled", broker=broker.bootstrap,
-                                 coordinators=False, wait_s=WAIT_S, profile_dir=prof_dir,
-                                 scheduler_fetch_wait_ms=10)  # fmt: skip
+                                 coordinators=False, wait_s=WAIT_S,
+                                 profile_dir=prof_dir)  # fmt: skip
             async with LoadStack(config) as stack:
                 await gateway_step(stack, "instant", round(sat * 0.8), plan.step_s, DEMAND, None)
-                await pipeline_rates(stack, plan.pipeline_n // 4, DEMAND, 300)
+                await assignment_rate(stack, plan.pipeline_batched_n // 2, DEMAND, BATCH, 300)
         result["profiles"] = {
             "gateway (instant answers at 80% of saturation, then idle during a pipeline run)": (
                 profile_summary(prof_dir / "gateway.pyisession")
             ),
-            "scheduler (pipeline decisions + assignments)": profile_summary(
+            "scheduler (batched check-ins -> assignments)": profile_summary(
                 prof_dir / "scheduler.pyisession"
             ),
         }
@@ -819,7 +874,7 @@ async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
         max(0.0, (busy1 - busy0) - (own1 - own0)) / max(measured_s, 1e-9), 2
     )
     consume = result["raw"]["consume"]["rate"]
-    assign = result["pipeline"]["assignments"]["rate"] or 0
+    assign = result["pipeline"]["batched"]["assignments"]["rate"] or 0
     halves = {k: (v["half_saturation"] or {}).get("p99_ms") for k, v in result["gateway"].items()}
     result["goals"] = {
         "pipeline_over_consume_pct": round(assign / consume * 100, 2) if consume else None,

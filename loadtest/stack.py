@@ -56,8 +56,8 @@ class StackConfig:
     policy: str = "venn"
     ready_timeout_s: float = 90.0
     scheduler_fetch_wait_ms: int | None = None
-    """Run the scheduler with this consumer fetch wait (`loadtest.scheduler_fetchwait`)
-    instead of Faust's 1,500 ms; None = the stock scheduler."""
+    """Run the scheduler with this consumer fetch wait (VENN_SCHEDULER_FETCH_WAIT_MS);
+    None = the default of the settings (10 ms). 1500 is Faust's own value."""
     coordinators: bool = True
     """Run coordinators for one job per requirement tier; without them only a probe job
     is registered (benchmarks register their own jobs)."""
@@ -136,12 +136,13 @@ class LoadStack:
         )
         await prepare_topics(self.settings)
         env = self.env()
-        scheduler = "services.scheduler"
         if cfg.scheduler_fetch_wait_ms is not None:
-            scheduler = "loadtest.scheduler_fetchwait"
             env["VENN_SCHEDULER_FETCH_WAIT_MS"] = str(cfg.scheduler_fetch_wait_ms)
         self.scheduler = self._spawn(
-            "scheduler", ["-m", scheduler, "worker", "-l", "warn"], env, new_session=False
+            "scheduler",
+            ["-m", "services.scheduler", "worker", "-l", "warn"],
+            env,
+            new_session=False,
         )
         self.gateway = self._spawn(
             "gateway",

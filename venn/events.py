@@ -96,6 +96,33 @@ class AssignmentBatch(Event, tag="assignment_batch"):
     assignments: list[Assignment]
 
 
+def unbatch(event: Event) -> list[Event]:
+    """A batch's items, or the event itself."""
+    if isinstance(event, CheckinBatch):
+        return list(event.checkins)
+    if isinstance(event, AssignmentBatch):
+        return list(event.assignments)
+    return [event]
+
+
+def checkins_of(event: Event) -> list[DeviceCheckin]:
+    """The check-ins an event carries: itself, a batch's items, or none."""
+    if isinstance(event, CheckinBatch):
+        return event.checkins
+    if isinstance(event, DeviceCheckin):
+        return [event]
+    return []
+
+
+def assignments_of(event: Event) -> list[Assignment]:
+    """The assignments an event carries: itself, a batch's items, or none."""
+    if isinstance(event, AssignmentBatch):
+        return event.assignments
+    if isinstance(event, Assignment):
+        return [event]
+    return []
+
+
 class CheckinsDeclined(Event, tag="checkins_declined"):
     """The check-ins of one batch that got no assignment. Topic venn.replies."""
 
@@ -281,6 +308,21 @@ class _BatchEnvelope(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
 
 
 _envelope_decoder = msgspec.json.Decoder(_BatchEnvelope)
+
+
+def encode_checkin_batch(
+    event_id: str, time: float, checkins: list[bytes], reply_to: str | None = None
+) -> bytes:
+    """A CheckinBatch from already encoded DeviceCheckin events (a gateway encodes each
+    check-in once, to know the batch's size as it grows)."""
+    envelope = _BatchEnvelope(
+        type="checkin_batch",
+        event_id=event_id,
+        time=time,
+        checkins=[msgspec.Raw(c) for c in checkins],
+        reply_to=reply_to,
+    )
+    return _encoder.encode(envelope)
 
 
 def salvage_checkins(

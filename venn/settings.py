@@ -66,6 +66,42 @@ class Settings:
     dedupe_window: int = _env(
         "VENN_DEDUPE_WINDOW", 100000, "Recent event ids a scheduler worker remembers for dedupe."
     )
+    scheduler_fetch_wait_ms: int = _env(
+        "VENN_SCHEDULER_FETCH_WAIT_MS",
+        10,
+        "Longest a scheduler fetch waits for data (Faust's own 1,500 ms is all latency on Tansu).",
+    )
+    gateway_host: str = _env("VENN_GATEWAY_HOST", "127.0.0.1", "Address the gateway binds.")
+    gateway_wait_s: float = _env(
+        "VENN_GATEWAY_WAIT_S", 2.0, "Longest a check-in waits for its answer before retry_after."
+    )
+    gateway_max_inflight: int = _env(
+        "VENN_GATEWAY_MAX_INFLIGHT", 2000, "Check-ins in progress beyond which new ones get 429."
+    )
+    gateway_max_lag_s: float = _env(
+        "VENN_GATEWAY_MAX_LAG_S", 0.25, "Event-loop lag beyond which new check-ins get 429."
+    )
+    gateway_max_body: int = _env("VENN_GATEWAY_MAX_BODY", 16384, "Largest request body, bytes.")
+    gateway_retry_after_s: int = _env(
+        "VENN_GATEWAY_RETRY_AFTER_S", 30, "retry_after of a check-in that got no assignment."
+    )
+    gateway_busy_retry_after_s: int = _env(
+        "VENN_GATEWAY_BUSY_RETRY_AFTER_S", 2, "retry_after of a check-in refused on overload."
+    )
+    gateway_fast_no: int = _env(
+        "VENN_GATEWAY_FAST_NO",
+        1,
+        "1: answer at once when no open round admits the device (the gateway's demand view).",
+    )
+    gateway_linger_ms: int = _env(
+        "VENN_GATEWAY_LINGER_MS", 2, "How long the gateway gathers check-ins into one batch."
+    )
+    gateway_batch_max: int = _env(
+        "VENN_GATEWAY_BATCH_MAX", 128, "Most check-ins in one batch event (also capped by size)."
+    )
+    gateway_fetch_wait_ms: int = _env(
+        "VENN_GATEWAY_FETCH_WAIT_MS", 10, "Longest a gateway fetch of answers waits for data."
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -1,8 +1,8 @@
 """The device fleet emulator: replays a check-in trace on the wall clock and plays the
 devices' side of every assignment (train, upload, or drop out when the window ends).
 
-Check-ins due at the same tick are packed into one producer batch per partition
-(`create_batch`/`send_batch`), which is what keeps a dense trace at broker speed.
+Check-ins due at the same tick are packed into CheckinBatch events, which is what keeps a
+dense trace at broker and scheduler speed.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.partitioner import DefaultPartitioner
-from aiokafka.producer.message_accumulator import BatchBuilder
 
 from venn import events
 from venn.broker import topics
-from venn.events import Assignment, DeviceCheckin, DeviceResult
+from venn.events import Assignment, AssignmentBatch, DeviceCheckin, DeviceResult
 from venn.sdk.clock import TraceClock
 from venn.settings import Settings
 from venn.traces.checkins import (
@@ -43,6 +41,8 @@ log = logging.getLogger(__name__)
 WINDOW_SLACK_S = 80.0
 """A task may overrun its device's availability window by this much (paper §1)."""
 TICK_S = 0.02
+FLEET_BATCH = 128
+"""Most check-ins in one CheckinBatch (about 32 KB, under the event size limit)."""
 """Longest wall-clock sleep of the replay loop: bounds how late a due event is sent."""
 
 
@@ -113,10 +113,9 @@ class DeviceFleet:
         self._windows: dict[str, _Window] = {}
         self._due: list[_Due] = []
         self._seq = 0
+        self._batches = 0
         self._wake = asyncio.Event()
         self._producer: AIOKafkaProducer | None = None
-        self._partitions: list[int] = []
-        self._partitioner = DefaultPartitioner()
         self._send_errors = 0
 
     # -- check-ins -------------------------------------------------------------------
@@ -142,24 +141,17 @@ class DeviceFleet:
             self._windows[str(int(batch.device_id[i]))] = _Window(
                 end=float(batch.end[i]), duration=float(durations[i])
             )
-        pending: dict[int, BatchBuilder] = {}
-        for event in self._checkin_events(batch):
-            key = event.device_id.encode()
-            value = events.encode(event)
-            partition = self._partitioner(key, self._partitions, self._partitions)
-            builder = pending.get(partition) or self._producer.create_batch()
-            if builder.append(key=key, value=value, timestamp=None) is None:
-                await self._send_batch(builder, partition)
-                builder = self._producer.create_batch()
-                builder.append(key=key, value=value, timestamp=None)
-            pending[partition] = builder
-        for partition, builder in pending.items():
-            await self._send_batch(builder, partition)
-
-    async def _send_batch(self, builder: BatchBuilder, partition: int) -> None:
-        assert self._producer is not None
-        fut = await self._producer.send_batch(builder, topics.CHECKINS, partition=partition)
-        fut.add_done_callback(self._on_sent)
+        # Each tick's check-ins go out as CheckinBatch events (one Kafka message per
+        # FLEET_BATCH check-ins): the scheduler's cost is per message.
+        encoded = [events.encode(e) for e in self._checkin_events(batch)]
+        for start in range(0, len(encoded), FLEET_BATCH):
+            self._batches += 1
+            batch_id = f"{self._run}-b{self._batches}"
+            value = events.encode_checkin_batch(
+                batch_id, time.time(), encoded[start : start + FLEET_BATCH]
+            )
+            fut = await self._producer.send(topics.CHECKINS, value, key=batch_id.encode())
+            fut.add_done_callback(self._on_sent)
 
     def _on_sent(self, fut: asyncio.Future[object]) -> None:
         if not fut.cancelled() and fut.exception() is not None:
@@ -226,11 +218,11 @@ class DeviceFleet:
             for records in batches.values():
                 for record in records:
                     try:
-                        event = events.decode(record.value, (Assignment,))
+                        event = events.decode(record.value, (Assignment, AssignmentBatch))
                     except events.InvalidEvent:
                         continue  # the coordinators' clients dead-letter it
-                    assert isinstance(event, Assignment)
-                    self.on_assignment(event, now)
+                    for assignment in events.assignments_of(event):
+                        self.on_assignment(assignment, now)
 
     # -- main loop -------------------------------------------------------------------
 
@@ -256,7 +248,6 @@ class DeviceFleet:
         await consumer.start()
         pump: asyncio.Task[None] | None = None
         try:
-            self._partitions = sorted(await self._producer.partitions_for(topics.CHECKINS))
             parts = [
                 TopicPartition(topics.ASSIGNMENTS, p)
                 for p in sorted(await self._producer.partitions_for(topics.ASSIGNMENTS))

@@ -1,14 +1,16 @@
 """The device gateway: an aiohttp server in front of Kafka.
 
-- `POST /v1/checkin`: validates the body, produces a DeviceCheckin (fresh event id, key
-  device_id) to venn.checkins and waits at most `wait_s` for the scheduler's Assignment,
-  which this process reads from venn.assignments with its own group-less consumer
-  (latest offsets) and matches by the check-in id embedded in the assignment's id
-  (`asg:<checkin id>:<job>:<round>`). Answers `{assigned: true, job_id, round_index,
+- `POST /v1/checkin`: validates the body, queues a DeviceCheckin (fresh event id) into the
+  next CheckinBatch (`services.gateway.batcher`: one message per few milliseconds) and
+  waits at most `wait_s` for the scheduler's answer, which this process reads with its own
+  group-less consumer (latest offsets): an Assignment (alone or in an AssignmentBatch on
+  venn.assignments), matched by the check-in id embedded in the assignment's id
+  (`asg:<checkin id>:<job>:<round>`), or the check-in's id in a CheckinsDeclined addressed
+  to this gateway on venn.replies. Answers `{assigned: true, job_id, round_index,
   task_url}` or `{assigned: false, retry_after}`; overload (more than `max_inflight`
-  check-ins in progress, or an event loop lagging more than `max_lag_s`) is answered
-  429 + retry_after at once. Never a 5xx, never later
-  than the bound.
+  check-ins in progress, an event loop lagging more than `max_lag_s`, or batches piling
+  up in front of the broker) is answered 429 + retry_after at once. Never a 5xx, never
+  later than the bound.
 - `POST /v1/results`: a device's result -> DeviceResult on venn.results (key job_id).
 - `GET /healthz`, `GET /openapi.json`.
 
@@ -32,6 +34,7 @@ import msgspec
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from services.gateway.batcher import BatcherBusy, CheckinBatcher
 from services.gateway.config import GatewayConfig
 from services.gateway.demand import DemandView
 from services.gateway.models import (
@@ -53,6 +56,8 @@ LATE_MEMORY = 200_000
 """How many answered-without-assignment check-in ids are remembered to catch late
 assignments (a few minutes of traffic at thousands of check-ins per second)."""
 UNDELIVERED = "undelivered: the gateway answered the check-in before this assignment arrived"
+DECLINED = "declined"
+"""A pending check-in's answer when the scheduler declined it (CheckinsDeclined)."""
 
 Json = dict[str, Any]
 _encode = msgspec.json.Encoder().encode
@@ -64,6 +69,8 @@ class GatewayStats:
     assigned: int = 0
     no_assignment: int = 0
     """Waited the full bound without an assignment."""
+    declined: int = 0
+    """Answered retry_after as soon as the scheduler declined the check-in."""
     fast_no: int = 0
     """Answered at once: no open round with demand admits the device."""
     overloaded: int = 0
@@ -100,11 +107,13 @@ class Gateway:
         self.view = DemandView()
         self.view_ready = False
         self.inflight = 0
-        self.pending: dict[str, asyncio.Future[ev.Assignment | BaseException | None]] = {}
+        self.id = f"gw-{os.getpid()}-{os.urandom(4).hex()}"
+        self.pending: dict[str, asyncio.Future[ev.Assignment | BaseException | str | None]] = {}
         self.pending_by_device: dict[str, str] = {}
         self.answered: OrderedDict[str, None] = OrderedDict()
         self.producer: AIOKafkaProducer | None = None
         self.consumer: AIOKafkaConsumer | None = None
+        self.batcher: CheckinBatcher | None = None
         self._task: asyncio.Task[None] | None = None
         self._lag_task: asyncio.Task[None] | None = None
         self.lag_s = 0.0
@@ -117,14 +126,21 @@ class Gateway:
         counts = await ensure_topics(
             s.broker,
             s.topic_partitions,
-            names=(topics.CHECKINS, topics.ASSIGNMENTS, topics.RESULTS, topics.JOBS, topics.ROUNDS),
+            names=(
+                topics.CHECKINS,
+                topics.ASSIGNMENTS,
+                topics.RESULTS,
+                topics.JOBS,
+                topics.ROUNDS,
+                topics.REPLIES,
+            ),
         )
         client = f"venn-gateway-{os.getpid()}"
         self.producer = AIOKafkaProducer(
             bootstrap_servers=s.broker,
             client_id=client,
             acks=1,
-            linger_ms=self.config.linger_ms,
+            linger_ms=0,  # the batcher lingers; a batch goes out when it is full or due
         )
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=s.broker,
@@ -135,13 +151,22 @@ class Gateway:
             fetch_max_wait_ms=self.config.fetch_wait_ms,
         )
         await self.producer.start()
+        self.batcher = CheckinBatcher(
+            self.producer,
+            self.id,
+            self.config.linger_ms / 1000,
+            self.config.batch_max,
+            s.max_event_bytes,
+        )
         try:
             await self.consumer.start()
             follow = [
                 TopicPartition(t, p) for t in (topics.JOBS, topics.ROUNDS) for p in range(counts[t])
             ]
             answers = [
-                TopicPartition(topics.ASSIGNMENTS, p) for p in range(counts[topics.ASSIGNMENTS])
+                TopicPartition(t, p)
+                for t in (topics.ASSIGNMENTS, topics.REPLIES)
+                for p in range(counts[t])
             ]
             self.consumer.assign([*answers, *follow])
             await self.consumer.seek_to_end(*answers)
@@ -167,6 +192,9 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self.batcher is not None:
+            await self.batcher.close()
+            self.batcher = None
         for task in list(self._background):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 2.0)
@@ -209,16 +237,18 @@ class Gateway:
             followed = False
             for tp, messages in batches.items():
                 allowed = ev.ALLOWED_ON[tp.topic]
-                is_answer = tp.topic == topics.ASSIGNMENTS
+                is_answer = tp.topic in (topics.ASSIGNMENTS, topics.REPLIES)
                 followed = followed or not is_answer
                 for m in messages:
                     try:
                         event = ev.decode(m.value, allowed, max_bytes)
                     except ev.InvalidEvent:
                         continue  # the scheduler dead-letters it; nothing to answer
-                    if is_answer:
-                        assert isinstance(event, ev.Assignment)
-                        self._on_assignment(event)
+                    if isinstance(event, ev.CheckinsDeclined):
+                        self._on_declined(event)
+                        continue
+                    for assignment in ev.assignments_of(event):
+                        self._on_assignment(assignment)
                     self.view.apply(event)
             if not self.view_ready and not followed:
                 # Caught up once a fetch brings nothing new from venn.jobs/venn.rounds past
@@ -228,6 +258,14 @@ class Gateway:
                 if all(pos >= ends.get(tp, 0) for tp, pos in zip(follow, positions, strict=True)):
                     self.view_ready = True
                     log.info("demand view ready: %d jobs", len(self.view.jobs))
+
+    def _on_declined(self, event: ev.CheckinsDeclined) -> None:
+        if event.reply_to != self.id:
+            return
+        for cid in event.checkin_ids:
+            fut = self.pending.pop(cid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(DECLINED)
 
     def _on_assignment(self, a: ev.Assignment) -> None:
         cid = checkin_id_of(a.event_id)
@@ -310,23 +348,19 @@ class Gateway:
             bandwidth_kbps=req.bandwidth_kbps,
         )
         wait = not (self.config.fast_no and self.view_ready) or self.view.may_assign(req.attrs)
-        fut: asyncio.Future[ev.Assignment | BaseException | None] = loop.create_future()
+        fut: asyncio.Future[ev.Assignment | BaseException | str | None] = loop.create_future()
         if wait:
             # Registered before producing: the answer may come back before the ack.
             self.pending[cid] = fut
             self.pending_by_device[req.device_id] = cid
-        answer: ev.Assignment | BaseException | None = None
+        answer: ev.Assignment | BaseException | str | None = None
         try:
+            assert self.batcher is not None
             try:
-                # A timeout context, not wait_for: no task per request. send() only waits
-                # when the producer's buffer is full.
-                async with asyncio.timeout_at(deadline):
-                    delivery = await self.producer.send(
-                        topics.CHECKINS, ev.encode(event), key=req.device_id.encode()
-                    )
-            except Exception as exc:  # includes TimeoutError: the producer's buffer is full
+                delivery = self.batcher.submit(event)
+            except BatcherBusy as exc:
                 self.stats.kafka_errors += 1
-                log.debug("check-in %s not produced: %r", cid, exc)
+                log.debug("check-in %s not queued: %r", cid, exc)
                 return self.busy("broker_unavailable")
             if not wait:
                 delivery.add_done_callback(self._count_failure)
@@ -358,7 +392,10 @@ class Gateway:
         if isinstance(answer, BaseException):
             self.stats.kafka_errors += 1
             return self.busy("broker_unavailable")
-        self.stats.no_assignment += 1
+        if answer == DECLINED:
+            self.stats.declined += 1
+        else:
+            self.stats.no_assignment += 1
         return self._no(cid, "no_assignment")
 
     def _count_failure(self, delivery: asyncio.Future[Any]) -> None:

@@ -1,12 +1,8 @@
-"""Gateway-only options on top of the shared `venn.settings.Settings`.
-
-Read from the environment here (like the scheduler's own options) because `Settings`
-only has `VENN_GATEWAY_PORT`; the rest belongs there once the settings owner adds them.
-"""
+"""The gateway's view of the shared `venn.settings.Settings` (every option is there, as
+VENN_GATEWAY_*), with the reasons behind the defaults."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -41,29 +37,33 @@ class GatewayConfig:
     """Answer retry_after at once when no open round with remaining demand admits the
     device (the gateway's own view of venn.jobs/venn.rounds/venn.assignments)."""
     linger_ms: int = 2
+    """How long check-ins are gathered into one batch event (and the producer's linger)."""
     fetch_wait_ms: int = 10
     """fetch_max_wait_ms of the assignments consumer: on Tansu an idle consumer sees new
     records only when its parked fetch expires, so this adds up to that much latency."""
+
+    batch_max: int = 128
+    """Most check-ins in one CheckinBatch; a batch also stays under the event size limit."""
 
     @classmethod
     def from_env(
         cls, settings: Settings | None = None, environ: Mapping[str, str] | None = None
     ) -> GatewayConfig:
-        env = os.environ if environ is None else environ
-        settings = settings or Settings.from_env(env)
+        s = settings or Settings.from_env(environ)
         return cls(
-            settings=settings,
-            host=env.get("VENN_GATEWAY_HOST", "127.0.0.1"),
-            port=settings.gateway_port,
-            wait_s=float(env.get("VENN_GATEWAY_WAIT_S", "2.0")),
-            max_inflight=int(env.get("VENN_GATEWAY_MAX_INFLIGHT", "2000")),
-            max_lag_s=float(env.get("VENN_GATEWAY_MAX_LAG_S", "0.25")),
-            max_body_bytes=int(env.get("VENN_GATEWAY_MAX_BODY", "16384")),
-            retry_after_s=int(env.get("VENN_GATEWAY_RETRY_AFTER_S", "30")),
-            busy_retry_after_s=int(env.get("VENN_GATEWAY_BUSY_RETRY_AFTER_S", "2")),
-            fast_no=env.get("VENN_GATEWAY_FAST_NO", "1").lower() not in ("0", "false", "no"),
-            linger_ms=int(env.get("VENN_GATEWAY_LINGER_MS", "2")),
-            fetch_wait_ms=int(env.get("VENN_GATEWAY_FETCH_WAIT_MS", "10")),
+            settings=s,
+            host=s.gateway_host,
+            port=s.gateway_port,
+            wait_s=s.gateway_wait_s,
+            max_inflight=s.gateway_max_inflight,
+            max_lag_s=s.gateway_max_lag_s,
+            max_body_bytes=s.gateway_max_body,
+            retry_after_s=s.gateway_retry_after_s,
+            busy_retry_after_s=s.gateway_busy_retry_after_s,
+            fast_no=bool(s.gateway_fast_no),
+            linger_ms=s.gateway_linger_ms,
+            fetch_wait_ms=s.gateway_fetch_wait_ms,
+            batch_max=s.gateway_batch_max,
         )
 
     def __post_init__(self) -> None:
@@ -71,3 +71,5 @@ class GatewayConfig:
             raise ValueError("VENN_GATEWAY_WAIT_S must be > 0")
         if self.max_inflight < 1:
             raise ValueError("VENN_GATEWAY_MAX_INFLIGHT must be >= 1")
+        if self.batch_max < 1:
+            raise ValueError("VENN_GATEWAY_BATCH_MAX must be >= 1")

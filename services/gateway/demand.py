@@ -39,6 +39,10 @@ class DemandView:
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event of venn.jobs, venn.rounds or venn.assignments into the view."""
+        if isinstance(event, ev.AssignmentBatch):
+            for assignment in ev.assignments_of(event):
+                self.apply(assignment)
+            return
         if isinstance(event, ev.JobRegistered):
             if event.job_id not in self.jobs and event.job_id not in self.removed:
                 self.jobs[event.job_id] = _Job(Requirement.of(event.requirement))

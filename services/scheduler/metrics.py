@@ -6,6 +6,7 @@ from prometheus_client import Counter
 
 EVENTS = Counter("venn_scheduler_events", "Input events processed", ["topic"])
 DUPLICATES = Counter("venn_scheduler_duplicates", "Events skipped as replays", ["topic"])
+CHECKINS = Counter("venn_scheduler_checkins", "Device check-ins decided (single or in batches)")
 ASSIGNMENTS = Counter("venn_scheduler_assignments", "Assignments published")
 ADOPTED = Counter(
     "venn_scheduler_adopted", "Assignments accounted from the topic (decided before a restart)"

@@ -1,19 +1,21 @@
 """The scheduler worker's state machine: decoded events in, core calls, table rows and
 assignments out. No Kafka here; the Faust app feeds it and publishes what it returns.
 
-Durable state lives in two tables (Faust tables with changelogs in production):
-- ``jobs``: job_id -> row = core snapshot (``venn.core.snapshot``) + pipeline fields:
-  ``partition`` (the job's partition), ``removed`` (tombstone, so replays cannot
-  resurrect a job), ``accepted`` (ids of the current round's assignments already
-  accounted), ``device_tiers`` and ``results`` (tier, response time) of the round.
-- ``devices``: device_id -> "job_id:round_index" of its active assignment.
+Durable state lives in one table (a Faust table with a changelog in production):
+``jobs``: job_id -> row = core snapshot (``venn.core.snapshot``, which includes the devices
+holding an assignment of the open round) + pipeline fields: ``partition`` (the job's
+partition), ``removed`` (tombstone, so replays cannot resurrect a job), ``accepted`` (ids
+of the current round's assignments already accounted), ``device_tiers`` and ``results``
+(tier, response time) of the round.
 
 Every row is written while processing an event of the job's own partition (venn.jobs,
 venn.rounds, venn.results and venn.assignments are all keyed by job_id): Faust writes a
 changelog record to the partition of the current event, so rows of one job always land
 in one changelog partition and recovery replays them in order. That is why an
 assignment decided on a check-in (keyed by device) is accounted in the jobs table only
-when the worker reads it back from venn.assignments (``on_assignment``).
+when the worker reads it back from venn.assignments (``on_assignment``). Check-ins come
+in batches (``CheckinBatch``) and their assignments go out as one ``AssignmentBatch`` per
+job, so the read-back writes one row per job and batch, not one per assignment.
 """
 
 from __future__ import annotations
@@ -62,12 +64,10 @@ class SchedulerState:
         self,
         config: SchedulerConfig,
         jobs: MutableMapping[str, Any],
-        devices: MutableMapping[str, Any],
         owned_partitions: Callable[[], Collection[int] | None] = lambda: None,
     ) -> None:
         self.config = config
         self.jobs = jobs
-        self.devices = devices
         self.owned_partitions = owned_partitions
         self.recent = RecentIds(config.dedupe_window)
         self.core = self._new_core()
@@ -133,12 +133,6 @@ class SchedulerState:
     def _new_round_fields(self) -> dict[str, Any]:
         return {"accepted": [], "device_tiers": {}, "results": []}
 
-    def _forget_devices(self, devices: Collection[Any], job_id: str, round_index: int) -> None:
-        holder = f"{job_id}:{round_index}"
-        for device in devices:
-            if self.devices.get(str(device)) == holder:
-                del self.devices[str(device)]
-
     def _known(self, job_id: str) -> bool:
         """True for a live job, False for a removed one; Rejected for a never-seen one."""
         if job_id in self.core.jobs:
@@ -166,19 +160,12 @@ class SchedulerState:
         elif isinstance(event, ev.RoundRequested):
             if not self._known(event.job_id):
                 return
-            js = self.core.jobs[event.job_id]
-            previous, was_open = set(js.devices), js.round_open
-            prev_index = js.round_index
             if self.core.request_round(event.job_id, event.round_index, now, event.demand):
-                if was_open:
-                    self._forget_devices(previous, event.job_id, prev_index)
                 self._save(event.job_id, partition, **self._new_round_fields())
         elif isinstance(event, ev.JobCancelled) and self._known(event.job_id):
             self._remove(event.job_id, partition)
 
     def _remove(self, job_id: str, partition: int) -> None:
-        js = self.core.jobs[job_id]
-        self._forget_devices(set(js.devices), job_id, js.round_index)
         self.core.remove_job(job_id)
         self.removed.add(job_id)
         self._save(job_id, partition, removed=True, **self._new_round_fields())
@@ -188,8 +175,6 @@ class SchedulerState:
         if isinstance(event, ev.RoundClosed):
             if not self._known(event.job_id):
                 return
-            js = self.core.jobs[event.job_id]
-            devices = set(js.devices)
             results = self.rows.get(event.job_id, {}).get("results", [])
             closed = self.core.close_round(
                 event.job_id,
@@ -200,7 +185,6 @@ class SchedulerState:
                 response_times=[float(r) for _, r in results],
             )
             if closed:
-                self._forget_devices(devices, event.job_id, event.round_index)
                 self._save(event.job_id, partition, **self._new_round_fields())
         elif isinstance(event, ev.JobFinished) and self._known(event.job_id):
             self._remove(event.job_id, partition)
@@ -214,7 +198,6 @@ class SchedulerState:
         if self.core.active_devices.get(event.device_id) != holder:
             return  # late or duplicate: the device no longer holds this assignment
         self.core.release_device(event.device_id)
-        self._forget_devices([event.device_id], *holder)
         row = self.rows.get(event.job_id, {})
         tiers: dict[str, int] = dict(row.get("device_tiers", {}))
         results = list(row.get("results", []))
@@ -247,33 +230,68 @@ class SchedulerState:
             bandwidth_kbps=event.bandwidth_kbps,
         )
 
+    def on_checkin_batch(self, batch: ev.CheckinBatch, now: float) -> list[ev.Event]:
+        """Decide every check-in of a batch: one AssignmentBatch per job that got devices,
+        and a CheckinsDeclined for the rest if the batch asks for a reply."""
+        by_job: dict[str, list[ev.Assignment]] = {}
+        declined: list[str] = []
+        for checkin in batch.checkins:
+            assignment = self.on_checkin(checkin, now)
+            if assignment is None:
+                declined.append(checkin.event_id)
+            else:
+                by_job.setdefault(assignment.job_id, []).append(assignment)
+        out: list[ev.Event] = [
+            ev.AssignmentBatch(
+                event_id=f"asgb:{batch.event_id}:{job_id}",
+                time=now,
+                job_id=job_id,
+                assignments=items,
+            )
+            for job_id, items in by_job.items()
+        ]
+        if batch.reply_to and declined:
+            out.append(
+                ev.CheckinsDeclined(
+                    event_id=f"dec:{batch.event_id}",
+                    time=now,
+                    reply_to=batch.reply_to,
+                    checkin_ids=declined,
+                )
+            )
+        return out
+
     # -- venn.assignments (read back on the job's partition) ---------------------------
-    def on_assignment(self, event: ev.Event, partition: int, now: float) -> bool:
-        """Account an assignment in the jobs table. True if it was decided before a restart
-        and had to be adopted by the core."""
-        assert isinstance(event, ev.Assignment)
+    def on_assignment(self, event: ev.Event, partition: int, now: float) -> int:
+        """Account an Assignment or an AssignmentBatch in the jobs table (one row write).
+        Returns how many were decided before a restart and had to be adopted by the core."""
+        assert isinstance(event, ev.Assignment | ev.AssignmentBatch)
+        items = event.assignments if isinstance(event, ev.AssignmentBatch) else [event]
+        strays = [a.event_id for a in items if a.job_id != event.job_id]
+        if strays:
+            raise Rejected(f"assignments {strays[:3]} are not for job {event.job_id!r}")
         if not self._known(event.job_id):
-            return False
+            return 0
         js = self.core.jobs[event.job_id]
         row = self.rows.get(event.job_id, {})
         accepted: list[str] = list(row.get("accepted", []))
-        if js.round_index != event.round_index or event.event_id in accepted:
-            return False
-        adopted = False
-        if event.event_id in self.decided:
-            self.decided.discard(event.event_id)
-        else:
-            adopted = self.core.adopt(event.job_id, event.round_index, event.device_id, now)
-        if self.core.active_devices.get(event.device_id) != (event.job_id, event.round_index):
-            # Released before it was read back, or refused on adoption (over demand).
-            self._save(event.job_id, partition, accepted=[*accepted, event.event_id])
-            return adopted
-        tiers = dict(row.get("device_tiers", {}))
-        tiers[event.device_id] = self.core.tier_of(
-            speed_proxy(event.speed_ms_per_sample, event.bandwidth_kbps)
-        )
-        self.devices[event.device_id] = f"{event.job_id}:{event.round_index}"
-        self._save(
-            event.job_id, partition, accepted=[*accepted, event.event_id], device_tiers=tiers
-        )
+        seen = set(accepted)
+        tiers: dict[str, int] = dict(row.get("device_tiers", {}))
+        adopted = 0
+        for a in items:
+            if js.round_index != a.round_index or a.event_id in seen:
+                continue
+            seen.add(a.event_id)
+            accepted.append(a.event_id)
+            if a.event_id in self.decided:
+                self.decided.discard(a.event_id)
+            elif self.core.adopt(a.job_id, a.round_index, a.device_id, now):
+                adopted += 1
+            if self.core.active_devices.get(a.device_id) == (a.job_id, a.round_index):
+                # Not released before it was read back, nor refused on adoption.
+                tiers[a.device_id] = self.core.tier_of(
+                    speed_proxy(a.speed_ms_per_sample, a.bandwidth_kbps)
+                )
+        if len(accepted) > len(row.get("accepted", [])):
+            self._save(event.job_id, partition, accepted=accepted, device_tiers=tiers)
         return adopted

@@ -93,9 +93,10 @@ async def test_checkins_results_and_failures_follow_the_trace_clock(
             for records in (await watcher.getmany(timeout_ms=100)).values():
                 for r in records:
                     e = events.decode(r.value)
-                    if isinstance(e, DeviceCheckin) and int(e.device_id) >= base:
-                        checkins[e.device_id] = (clock.now(), e)
-                    elif isinstance(e, DeviceResult) and e.job_id == job:
+                    for c in events.checkins_of(e):
+                        if int(c.device_id) >= base:
+                            checkins[c.device_id] = (clock.now(), c)
+                    if isinstance(e, DeviceResult) and e.job_id == job:
                         results.append((clock.now(), e))
             ready = [d for d in map(str, range(base, base + 3)) if d in checkins]
             if len(ready) == 3 and not sent_at:

@@ -78,9 +78,8 @@ class Tap:
                         event = ev.decode(m.value, ev.ALLOWED_ON[tp.topic])
                     except ev.InvalidEvent:
                         continue
-                    if isinstance(event, ev.Assignment):
-                        self.assignments.append(event)
-                    elif isinstance(event, ev.DeviceResult):
+                    self.assignments.extend(ev.assignments_of(event))
+                    if isinstance(event, ev.DeviceResult):
                         self.results.append((m.key, event))
 
     async def send(self, event: ev.Event) -> None:
@@ -327,11 +326,13 @@ async def test_eligible_gets_assignment_ineligible_gets_retry_after(stack: Stack
     assert payload["retry_after"] == stack.server.config.retry_after_s
     assert took < 0.5
 
-    # Eligible, demand left, but it already holds an assignment: the scheduler stays silent
-    # and the gateway answers when its bound expires, not later.
+    # Eligible, demand left, but it already holds an assignment: the scheduler declines it
+    # (CheckinsDeclined on venn.replies) and the gateway answers then, not at its bound.
+    declined = stack.server.gateway.stats.declined
     status, payload, took = await stack.checkin(f"dev-{tok}", {attr: 3.0, "ram": 4})
     assert (status, payload["assigned"], payload["reason"]) == (200, False, "no_assignment")
-    assert WAIT_S * 0.9 <= took < WAIT_S + 0.5
+    assert took < WAIT_S * 0.5
+    assert stack.server.gateway.stats.declined == declined + 1
     await stack.tap.finish(job_id)
 
 

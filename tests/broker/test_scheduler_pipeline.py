@@ -76,9 +76,8 @@ class Bus:
                         event = ev.decode(m.value, ev.ALLOWED_ON[tp.topic])
                     except ev.InvalidEvent:
                         continue  # another test's garbage
-                    if isinstance(event, ev.Assignment):
-                        self.assignments.append((m.key, event))
-                    elif isinstance(event, ev.DeadLetter):
+                    self.assignments.extend((m.key, a) for a in ev.assignments_of(event))
+                    if isinstance(event, ev.DeadLetter):
                         self.dead[event.event_id] = event
 
     async def send(

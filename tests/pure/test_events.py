@@ -383,3 +383,13 @@ def test_a_bad_item_in_a_checkin_batch_loses_none_of_the_others() -> None:
 )
 def test_salvage_refuses_what_is_not_a_batch(raw: bytes) -> None:
     assert events.salvage_checkins(raw) is None
+
+
+def test_a_batch_built_from_encoded_checkins_decodes_as_the_batch() -> None:
+    batch = SAMPLES[CheckinBatch]
+    assert isinstance(batch, CheckinBatch)
+    raw = events.encode_checkin_batch(
+        batch.event_id, batch.time, [encode(c) for c in batch.checkins], batch.reply_to
+    )
+    assert decode(raw, allowed=events.ALLOWED_ON["venn.checkins"]) == batch
+    validator(CheckinBatch).validate(json.loads(raw))

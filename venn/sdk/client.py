@@ -24,6 +24,7 @@ from venn.broker import topics
 from venn.core.model import Requirement
 from venn.events import (
     Assignment,
+    AssignmentBatch,
     DeviceResult,
     Event,
     JobCancelled,
@@ -296,8 +297,9 @@ class VennClient:
         if sub is None or event.time < sub.since - STALE_GRACE_S:
             self.stats.ignored += 1
             return
-        if isinstance(event, Assignment):
-            sub.assignments.put_nowait(event)
+        if isinstance(event, Assignment | AssignmentBatch):
+            for assignment in events.assignments_of(event):
+                sub.assignments.put_nowait(assignment)
         elif isinstance(event, DeviceResult):
             sub.results.put_nowait(event)
         self.stats.dispatched += 1

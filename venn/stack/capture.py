@@ -18,7 +18,8 @@ trusted on Tansu, see kafka-notes)."""
 async def read_topics(
     bootstrap: str, names: Iterable[str], timeout: float = 60.0
 ) -> dict[str, list[Event]]:
-    """Every valid event on ``names``, per topic, in partition order (partitions in turn)."""
+    """Every valid event on ``names``, per topic, in partition order (partitions in turn);
+    batches are read as their items."""
     names = list(names)
     if not names:
         return {}
@@ -48,9 +49,10 @@ async def read_topics(
                 last = time.monotonic()
                 for record in records:
                     try:
-                        out[tp.topic].append(events.decode(record.value))
+                        event = events.decode(record.value)
                     except events.InvalidEvent:
                         continue
+                    out[tp.topic].extend(events.unbatch(event))
     finally:
         await consumer.stop()
     return out
