@@ -36,7 +36,8 @@ READY_TIMEOUT = 90.0  # a restart after SIGKILL waits for the dead member's sess
 
 @dataclass
 class Bus:
-    """Producer plus a background tap on venn.assignments and venn.dead-letters."""
+    """Producer plus a background tap on venn.assignments, venn.dead-letters and
+    venn.replies."""
 
     bootstrap: str
     partitions: int
@@ -44,6 +45,8 @@ class Bus:
     consumer: AIOKafkaConsumer = field(init=False)
     assignments: list[tuple[bytes | None, ev.Assignment]] = field(default_factory=list)
     dead: dict[str, ev.DeadLetter] = field(default_factory=dict)
+    batches: list[ev.AssignmentBatch] = field(default_factory=list)
+    declined: dict[str, list[ev.CheckinsDeclined]] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -51,6 +54,7 @@ class Bus:
         self.consumer = AIOKafkaConsumer(
             topics.ASSIGNMENTS,
             topics.DEAD_LETTERS,
+            topics.REPLIES,
             bootstrap_servers=self.bootstrap,
             group_id=None,
             auto_offset_reset="earliest",
@@ -79,6 +83,10 @@ class Bus:
                     self.assignments.extend((m.key, a) for a in ev.assignments_of(event))
                     if isinstance(event, ev.DeadLetter):
                         self.dead[event.event_id] = event
+                    elif isinstance(event, ev.AssignmentBatch):
+                        self.batches.append(event)
+                    elif isinstance(event, ev.CheckinsDeclined):
+                        self.declined.setdefault(event.reply_to, []).append(event)
 
     async def send(
         self,
@@ -380,6 +388,43 @@ async def test_bad_input_goes_to_dead_letters(stack: tuple[Bus, Worker]) -> None
     await bus.barrier(topics.JOBS)
     await checkins(bus, [f"ok-{tok}"], {attr: 2})
     await bus.wait_for(lambda: len(bus.assigned({job_id})) == 1)
+    await bus.send(topics.ROUNDS, finished(job_id))
+
+
+async def test_checkin_batch(stack: tuple[Bus, Worker]) -> None:
+    """One message of check-ins: one AssignmentBatch per job, the rest declined to the
+    batch's reply_to, a bad item dead-lettered alone; a replay of the batch changes nothing."""
+    bus, _ = stack
+    tok = uuid.uuid4().hex[:8]
+    attr, job_id, gateway = f"cpu_{tok}", f"batch-{tok}", f"gw-{tok}"
+    await bus.send(topics.JOBS, job(job_id, attr, 1, demand=2))
+    await bus.send(topics.JOBS, round_request(job_id, 0, 2))
+    await bus.barrier(topics.JOBS)
+    eligible = [checkin(f"e{i}-{tok}", {attr: 2}) for i in range(3)]
+    weak = checkin(f"weak-{tok}", {attr: 0.5})
+    bad = {**msgspec.json.decode(ev.encode(checkin(f"bad-{tok}", {attr: 2}))), "device_id": ""}
+    items = [ev.encode(c) for c in [*eligible, weak]] + [msgspec.json.encode(bad)]
+    raw = ev.encode_checkin_batch(f"cb-{tok}", time.time(), items, reply_to=gateway)
+
+    meta = await bus.send(topics.CHECKINS, raw, key=b"cb")
+    letter_id = f"dead:{topics.CHECKINS}:{meta.partition}:{meta.offset}:0"
+    await bus.wait_for(lambda: letter_id in bus.dead and gateway in bus.declined)
+    assert "device_id" in bus.dead[letter_id].reason
+    assert "checkin_batch" in bus.dead[letter_id].reason
+    assert msgspec.json.decode(bus.dead[letter_id].original_bytes()) == bad
+    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 2)
+    (batch,) = [b for b in bus.batches if b.job_id == job_id]
+    assert len(batch.assignments) == 2
+    assigned = {a.device_id for a in batch.assignments}
+    assert assigned < {c.device_id for c in eligible}
+    (declined,) = bus.declined[gateway]
+    expected = {c.event_id for c in [*eligible, weak] if c.device_id not in assigned}
+    assert set(declined.checkin_ids) == expected and len(expected) == 2
+
+    await bus.send(topics.CHECKINS, raw, key=b"cb")  # a replay: deduped on the batch id
+    await bus.barrier(topics.CHECKINS)
+    await asyncio.sleep(0.5)
+    assert len(bus.assigned({job_id})) == 2 and len(bus.declined[gateway]) == 1
     await bus.send(topics.ROUNDS, finished(job_id))
 
 
