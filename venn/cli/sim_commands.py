@@ -29,13 +29,34 @@ def sim(
     eps: Annotated[float, typer.Option(min=0.0, help="fairness knob epsilon")] = 0.0,
     isolated: Annotated[bool, typer.Option(help="also run every job alone")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    rounds_scale: Annotated[
+        float, typer.Option(help="scale every job's rounds and the horizon")
+    ] = 1.0,
+    arrival_scale: Annotated[
+        float | None,
+        typer.Option(help="scale inter-arrival gaps (default: --rounds-scale)"),
+    ] = None,
 ) -> None:
     """Simulate a workload on a device trace under one policy."""
     if policy not in POLICIES:
         raise typer.BadParameter(f"unknown policy {policy!r}", param_hint="--policy")
+    if rounds_scale <= 0 or (arrival_scale is not None and arrival_scale <= 0):
+        raise typer.BadParameter("scales must be positive")
     if mode not in ("fast", "event"):
         raise typer.BadParameter("mode must be fast or event", param_hint="--mode")
-    req = SimRequest(workload, policy, jobs, seed, trace, mode, tiers, eps, isolated)  # type: ignore[arg-type]
+    req = SimRequest(
+        workload,
+        policy,
+        jobs,
+        seed,
+        trace,
+        mode,  # type: ignore[arg-type]
+        tiers,
+        eps,
+        isolated,
+        rounds_scale,
+        arrival_scale,
+    )
     result = simulate(req)
     if as_json:
         print(json.dumps(result))
@@ -65,13 +86,31 @@ def reproduce(
     processes: Annotated[int, typer.Option(min=1)] = 2,
     out: Annotated[Path, typer.Option(help="where the report and plots go")] = Path("docs"),
     rounds_scale: Annotated[
-        float, typer.Option(help="scale every job's rounds (quick runs)")
+        float,
+        typer.Option(help="scale every job's rounds and the horizon"),
     ] = 1.0,
+    arrival_scale: Annotated[
+        float | None,
+        typer.Option(help="scale inter-arrival gaps (default: --rounds-scale)"),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="reuse runs already in <out>/reproduction.json (same scales)")
+    ] = True,
+    report_only: Annotated[
+        bool, typer.Option(help="only regenerate the report and plots from the JSON")
+    ] = False,
 ) -> None:
     """All policies over the Table 1 workloads: speed-ups vs the paper, report and plots."""
-    from venn.sim.reproduce import run_reproduction
+    from venn.sim.reproduce import report_from_json, run_reproduction
 
-    run_reproduction(workloads, jobs, processes, out, rounds_scale, console)
+    if report_only:
+        report_from_json(out)
+        return
+    if rounds_scale <= 0 or (arrival_scale is not None and arrival_scale <= 0):
+        raise typer.BadParameter("scales must be positive")
+    run_reproduction(
+        workloads, jobs, processes, out, rounds_scale, console, arrival_scale, resume=resume
+    )
 
 
 def register(app: typer.Typer) -> None:
