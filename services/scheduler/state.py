@@ -1,21 +1,28 @@
 """The scheduler worker's state machine: decoded events in, core calls, table rows and
 assignments out. No Kafka here; the Faust app feeds it and publishes what it returns.
 
-Durable state lives in one table (a Faust table with a changelog in production):
-``jobs``: job_id -> row = core snapshot (``venn.core.snapshot``, which includes the devices
-holding an assignment of the open round) + pipeline fields: ``partition`` (the job's
-partition), ``removed`` (tombstone, so replays cannot resurrect a job), ``accepted`` (ids
-of the current round's assignments already accounted), ``device_tiers`` and ``results``
-(tier, response time) of the round.
+Durable state lives in two tables (Faust tables with changelogs in production):
+- ``jobs``: job_id -> row = core snapshot (``venn.core.snapshot``) + ``partition`` (the
+  job's partition) + ``removed`` (tombstone, so replays cannot resurrect a job). Written
+  on job and round events only: registered, round requested, round closed, removed.
+- ``assigned``: assignment id -> row of one assignment of a job's open round: ``job``,
+  ``round``, ``device``, ``tier``, ``released`` (its result came back, or it was released
+  before being read back) and ``result`` ([tier, response time] of a good result). One
+  small row per assignment and per result, deleted when the round ends, so the cost per
+  assignment does not grow with the round's demand (rewriting a job row holding every
+  assignment made a round O(demand^2)).
+On a rebuild, each job is restored from its snapshot (taken at the start of its round) and
+the rows of its open round are adopted again, which restores the remaining demand and the
+devices that still hold an assignment.
 
 Every row is written while processing an event of the job's own partition (venn.jobs,
 venn.rounds, venn.results and venn.assignments are all keyed by job_id): Faust writes a
 changelog record to the partition of the current event, so rows of one job always land
 in one changelog partition and recovery replays them in order. That is why an
-assignment decided on a check-in (keyed by device) is accounted in the jobs table only
-when the worker reads it back from venn.assignments (``on_assignment``). Check-ins come
-in batches (``CheckinBatch``) and their assignments go out as one ``AssignmentBatch`` per
-job, so the read-back writes one row per job and batch, not one per assignment.
+assignment decided on a check-in (keyed by device) is accounted in the tables only when
+the worker reads it back from venn.assignments (``on_assignment``). Check-ins come in
+batches (``CheckinBatch``) and their assignments go out as one ``AssignmentBatch`` per
+job and batch.
 """
 
 from __future__ import annotations
@@ -64,15 +71,19 @@ class SchedulerState:
         self,
         config: SchedulerConfig,
         jobs: MutableMapping[str, Any],
+        assigned: MutableMapping[str, Any],
         owned_partitions: Callable[[], Collection[int] | None] = lambda: None,
     ) -> None:
         self.config = config
         self.jobs = jobs
+        self.assigned = assigned
         self.owned_partitions = owned_partitions
         self.recent = RecentIds(config.dedupe_window)
         self.core = self._new_core()
         self.removed: set[str] = set()
         self.rows: dict[str, Row] = {}
+        self.round_rows: dict[str, dict[str, Row]] = {}
+        """job_id -> assignment id -> row of the ``assigned`` table, for the open round."""
         self.decided: set[str] = set()  # assignment ids this core instance decided itself
         self.loaded = False
 
@@ -91,6 +102,7 @@ class SchedulerState:
         self.core = self._new_core()
         self.removed.clear()
         self.rows.clear()
+        self.round_rows.clear()
         self.decided.clear()
         # The memory store keeps rows of revoked partitions: take only the owned ones.
         for job_id, row in list(self.jobs.items()):
@@ -106,8 +118,31 @@ class SchedulerState:
                 log.exception("cannot restore job %r from its row; skipped", job_id)
                 continue
             self.rows[job_id] = row
+        adopted = 0
+        for aid, arow in list(self.assigned.items()):
+            if owned is not None and arow.get("partition") not in owned:
+                continue
+            try:
+                adopted += self._readopt(str(aid), arow, now)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                log.exception("cannot restore assignment %r from its row; skipped", aid)
         self.loaded = True
-        log.info("scheduler core rebuilt: %d jobs, %d removed", len(self.rows), len(self.removed))
+        log.info(
+            "scheduler core rebuilt: %d jobs, %d removed, %d assignments of open rounds",
+            len(self.rows),
+            len(self.removed),
+            adopted,
+        )
+
+    def _readopt(self, aid: str, row: Row, now: float) -> int:
+        job_id, round_index, device = str(row["job"]), int(row["round"]), str(row["device"])
+        js = self.core.jobs.get(job_id)
+        if js is None or not js.round_open or js.round_index != round_index:
+            return 0  # a row of an ended round whose delete did not land: ignore it
+        self.round_rows.setdefault(job_id, {})[aid] = row
+        if self.core.adopt(job_id, round_index, device, now) and row.get("released"):
+            self.core.release_device(device)
+        return 1
 
     # -- rows --------------------------------------------------------------------------
     def _save(self, job_id: str, partition: int, **changes: Any) -> Row:
@@ -115,9 +150,6 @@ class SchedulerState:
         row: Row = {
             "partition": partition,
             "removed": False,
-            "accepted": [],
-            "device_tiers": {},
-            "results": [],
             **{k: v for k, v in old.items() if k != "core"},
             **changes,
         }
@@ -130,8 +162,12 @@ class SchedulerState:
         self.jobs[job_id] = row
         return row
 
-    def _new_round_fields(self) -> dict[str, Any]:
-        return {"accepted": [], "device_tiers": {}, "results": []}
+    def _end_round_rows(self, job_id: str) -> list[Row]:
+        """Delete the rows of the job's round that ended; returns them."""
+        rows = self.round_rows.pop(job_id, {})
+        for aid in rows:
+            self.assigned.pop(aid, None)
+        return list(rows.values())
 
     def _known(self, job_id: str) -> bool:
         """True for a live job, False for a removed one; Rejected for a never-seen one."""
@@ -161,21 +197,24 @@ class SchedulerState:
             if not self._known(event.job_id):
                 return
             if self.core.request_round(event.job_id, event.round_index, now, event.demand):
-                self._save(event.job_id, partition, **self._new_round_fields())
+                self._end_round_rows(event.job_id)
+                self._save(event.job_id, partition)
         elif isinstance(event, ev.JobCancelled) and self._known(event.job_id):
             self._remove(event.job_id, partition)
 
     def _remove(self, job_id: str, partition: int) -> None:
         self.core.remove_job(job_id)
         self.removed.add(job_id)
-        self._save(job_id, partition, removed=True, **self._new_round_fields())
+        self._end_round_rows(job_id)
+        self._save(job_id, partition, removed=True)
 
     # -- venn.rounds -------------------------------------------------------------------
     def on_round_event(self, event: ev.Event, partition: int, now: float) -> None:
         if isinstance(event, ev.RoundClosed):
             if not self._known(event.job_id):
                 return
-            results = self.rows.get(event.job_id, {}).get("results", [])
+            rows = self.round_rows.get(event.job_id, {}).values()
+            results = [r["result"] for r in rows if r.get("result") is not None]
             closed = self.core.close_round(
                 event.job_id,
                 event.round_index,
@@ -185,7 +224,8 @@ class SchedulerState:
                 response_times=[float(r) for _, r in results],
             )
             if closed:
-                self._save(event.job_id, partition, **self._new_round_fields())
+                self._end_round_rows(event.job_id)
+                self._save(event.job_id, partition)
         elif isinstance(event, ev.JobFinished) and self._known(event.job_id):
             self._remove(event.job_id, partition)
 
@@ -198,13 +238,13 @@ class SchedulerState:
         if self.core.active_devices.get(event.device_id) != holder:
             return  # late or duplicate: the device no longer holds this assignment
         self.core.release_device(event.device_id)
-        row = self.rows.get(event.job_id, {})
-        tiers: dict[str, int] = dict(row.get("device_tiers", {}))
-        results = list(row.get("results", []))
-        tier = tiers.pop(event.device_id, None)
-        if tier is not None and event.ok:
-            results.append([tier, event.response_time_s])
-        self._save(event.job_id, partition, device_tiers=tiers, results=results)
+        rows = self.round_rows.get(event.job_id, {})
+        for aid, row in rows.items():
+            if row["device"] == event.device_id and not row.get("released"):
+                ok = event.ok and row.get("tier") is not None
+                result = [row["tier"], event.response_time_s] if ok else None
+                rows[aid] = self.assigned[aid] = {**row, "released": True, "result": result}
+                break
 
     # -- venn.checkins -----------------------------------------------------------------
     def on_checkin(self, event: ev.Event, now: float) -> ev.Assignment | None:
@@ -263,35 +303,36 @@ class SchedulerState:
 
     # -- venn.assignments (read back on the job's partition) ---------------------------
     def on_assignment(self, event: ev.Event, partition: int, now: float) -> int:
-        """Account an Assignment or an AssignmentBatch in the jobs table (one row write).
+        """Account an Assignment or an AssignmentBatch: one small row per assignment.
         Returns how many were decided before a restart and had to be adopted by the core."""
         assert isinstance(event, ev.Assignment | ev.AssignmentBatch)
-        items = event.assignments if isinstance(event, ev.AssignmentBatch) else [event]
+        items = ev.assignments_of(event)
         strays = [a.event_id for a in items if a.job_id != event.job_id]
         if strays:
             raise Rejected(f"assignments {strays[:3]} are not for job {event.job_id!r}")
         if not self._known(event.job_id):
             return 0
         js = self.core.jobs[event.job_id]
-        row = self.rows.get(event.job_id, {})
-        accepted: list[str] = list(row.get("accepted", []))
-        seen = set(accepted)
-        tiers: dict[str, int] = dict(row.get("device_tiers", {}))
+        rows = self.round_rows.setdefault(event.job_id, {})
         adopted = 0
         for a in items:
-            if js.round_index != a.round_index or a.event_id in seen:
+            if js.round_index != a.round_index or a.event_id in rows:
                 continue
-            seen.add(a.event_id)
-            accepted.append(a.event_id)
             if a.event_id in self.decided:
                 self.decided.discard(a.event_id)
             elif self.core.adopt(a.job_id, a.round_index, a.device_id, now):
                 adopted += 1
-            if self.core.active_devices.get(a.device_id) == (a.job_id, a.round_index):
-                # Not released before it was read back, nor refused on adoption.
-                tiers[a.device_id] = self.core.tier_of(
-                    speed_proxy(a.speed_ms_per_sample, a.bandwidth_kbps)
-                )
-        if len(accepted) > len(row.get("accepted", [])):
-            self._save(event.job_id, partition, accepted=accepted, device_tiers=tiers)
+            # Released before it was read back, or refused on adoption (over demand): kept
+            # as released so that a replay of it is not accounted again.
+            active = self.core.active_devices.get(a.device_id) == (a.job_id, a.round_index)
+            tier = self.core.tier_of(speed_proxy(a.speed_ms_per_sample, a.bandwidth_kbps))
+            rows[a.event_id] = self.assigned[a.event_id] = {
+                "partition": partition,
+                "job": a.job_id,
+                "round": a.round_index,
+                "device": a.device_id,
+                "tier": tier if active else None,
+                "released": not active,
+                "result": None,
+            }
         return adopted
