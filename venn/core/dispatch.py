@@ -10,6 +10,7 @@ overtakes a job ahead of it in some preference list).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -36,6 +37,30 @@ class DispatchTable:
             return -1
         choice = min(int(u * n), n - 1) if self.uniform else 0
         return int(self.candidates[signature, tier, choice])
+
+    @cached_property
+    def any_candidate(self) -> bool:
+        """Can any device be assigned at all?"""
+        return bool(self.counts.any())
+
+    def heads(self) -> list[int]:
+        """First candidate of each row (signature * tiers + tier), -1 if none, as a list."""
+        out = self.__dict__.get("_heads")
+        if out is None:
+            out = self.__dict__["_heads"] = self.candidates[:, :, 0].ravel().tolist()
+        return out
+
+    def rows(self) -> list[list[int]]:
+        """Candidates of each row (signature * tiers + tier), as lists (a first pick's
+        rows hold only the head)."""
+        out = self.__dict__.get("_rows")
+        if out is None:
+            width = self.candidates.shape[2]
+            flat = self.candidates.reshape(-1, width).tolist()
+            counts = self.counts.ravel().tolist()
+            out = [row[: min(c, width)] for row, c in zip(flat, counts, strict=True)]
+            self.__dict__["_rows"] = out
+        return out
 
     def pick_many(self, signatures: np.ndarray, tiers: np.ndarray, u: np.ndarray) -> np.ndarray:
         """Job idx for each device of a batch (-1 where nobody can take it)."""

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
+from venn.core.dispatch import DispatchTable
 from venn.core.matching import TierModel
 from venn.core.model import JobSpec
 from venn.core.registry import POLICIES, make_scheduler
@@ -100,8 +102,7 @@ class Simulation:
         self.now = 0.0
         for job in sorted(jobs, key=lambda j: (j.arrival, j.job_id)):
             self._push(job.arrival, _ARRIVAL, job.job_id, 0)
-        # Per job idx (registration order) arrays the batch path indexes into.
-        self._workload = np.zeros(0)
+        self._workload: list[float] = []  # per job idx (registration order)
 
     # -- timed events ----------------------------------------------------------------
     def _push(self, t: float, kind: int, job_id: str, attempt: int) -> None:
@@ -115,7 +116,7 @@ class Simulation:
             if kind == _ARRIVAL:
                 spec = self.records[job_id].spec
                 self.sched.add_job(spec, t)
-                self._workload = np.append(self._workload, spec.workload_s)
+                self._workload.append(spec.workload_s)
                 self._request(job_id, t)
             elif kind == _REQUEST:
                 self._request(job_id, t)
@@ -200,12 +201,13 @@ class Simulation:
         )
         transfer = 2.0 * self.config.transfer_s / b.comm
         seq = offset + np.arange(len(b), dtype=np.int64)
-        return _Prepared(b, b.profile.astype(np.int64), tiers, transfer, seq)
+        return _Prepared(b, b.profile.astype(np.int64), tiers, transfer, seq, offset)
 
     def _task(self, p: _Prepared, rows: np.ndarray, jobs: np.ndarray) -> tuple[np.ndarray, ...]:
         """(response time, finish time, succeeded) of tasks dispatched at ``rows``."""
         b = p.batch
-        resp = b.noise[rows] + self._workload[jobs] * b.comp[rows] + p.transfer[rows]
+        workload = np.array(self._workload)
+        resp = b.noise[rows] + workload[jobs] * b.comp[rows] + p.transfer[rows]
         finish = b.time[rows] + resp
         ok = finish <= b.end[rows] + WINDOW_SLACK_S
         return resp, finish, ok
@@ -227,109 +229,170 @@ class Simulation:
             lr = self.live[a.job_id]
             lr.record.assigned += 1
             if ok[0]:
-                lr.add(finish, p.tiers[rows], resp, p.seq[rows])
+                lr.add([float(finish[0])], [int(p.tiers[i])], [float(resp[0])], [int(p.seq[i])])
                 self._offer_close(lr)
             else:
                 lr.record.failures += 1
 
     def _run_fast(self, p: _Prepared) -> None:
-        b = p.batch
+        """Check-ins in steps: each step runs with one dispatch table, up to the next
+        timed event, the first check-in that exhausts a job's budget, or the first round
+        close its own assignments cause. The check-ins of a step are decided one by one
+        in plain Python (steps are short: a few dozen check-ins), and committed at once.
+        """
         sched = self.sched
-        n = len(b)
-        times = b.time
+        n = len(p.batch)
+        times = p.batch.time
+        tl = p.lists("time")
         observed = 0
+        keys: list[int] = []
+        keys_of: np.ndarray | None = None
+        v = sched.num_tiers
         i = 0
         while i < n:
-            self._run_timed(float(times[i]))
-            self.now = float(times[i])
+            t = tl[i]
+            self._run_timed(t)
+            self.now = t
             if self.unfinished == 0:
                 break
             t_next = self.heap[0][0] if self.heap else np.inf
-            j = int(np.searchsorted(times, t_next, side="left"))
-            j = max(j, i + 1)
+            j = max(bisect_left(tl, t_next, i), i + 1)
             if sched.dirty:
                 sched.observe_many(p.slots[observed : i + 1], times[observed : i + 1])
                 observed = i + 1
-            table = sched.table(float(times[i]))
-            sigs = sched.index.signature_of_slot[p.slots[i:j]]
-            picks = table.pick_many(sigs, p.tiers[i:j], b.u[i:j])
-            valid = np.flatnonzero(picks >= 0)
-            if len(valid) == 0:
+            table = sched.table(t)
+            rows = table.rows()
+            if not table.any_candidate:
                 i = j
                 continue
-            stop = self._budget_stop(picks, valid, table.budget)
-            used = valid[valid < stop]
-            rows = used + i
-            jobs = picks[used]
-            resp, finish, ok = self._task(p, rows, jobs)
-            # A round this batch closes changes the plan: the check-ins from the close on
-            # belong to the next batch (a timed event at t runs before a check-in at t).
-            cut = self._first_close(jobs, finish, ok)
-            if cut <= times[i + stop - 1]:
-                keep = times[rows] < cut
-                rows, jobs = rows[keep], jobs[keep]
-                resp, finish, ok = resp[keep], finish[keep], ok[keep]
-                stop = int(np.searchsorted(times[i:j], cut, side="left"))
-            self._commit(p, rows, jobs, resp, finish, ok)
+            sig_of_slot = sched.index.signature_of_slot
+            if sig_of_slot is not keys_of:  # signatures change when a new group appears
+                keys_of = sig_of_slot
+                keys = (sig_of_slot[p.slots] * v + p.tiers).tolist()
+            picked = self._scan(table, rows, keys, p, i, j)
+            if picked is None:
+                i = j
+                continue
+            stop, positions = picked
+            stop = self._commit_step(p, positions, i, j, stop)
             i += stop
         if observed < n:
             sched.observe_many(p.slots[observed:], times[observed:])
 
     @staticmethod
-    def _budget_stop(picks: np.ndarray, valid: np.ndarray, budget: np.ndarray) -> int:
-        """Relative index just past the check-in that exhausts some job's budget."""
-        jobs = picks[valid]
-        order = np.argsort(jobs, kind="stable")
-        sorted_jobs = jobs[order]
-        change = np.empty(len(sorted_jobs), dtype=bool)
-        change[0] = True
-        np.not_equal(sorted_jobs[1:], sorted_jobs[:-1], out=change[1:])
-        starts = np.flatnonzero(change)
-        group_start = np.repeat(starts, np.diff(np.append(starts, len(sorted_jobs))))
-        rank = np.arange(len(sorted_jobs)) - group_start + 1
-        hit = rank >= budget[sorted_jobs]
-        if not hit.any():
-            return int(valid[-1]) + 1
-        return int(valid[order[hit]].min()) + 1
+    def _scan(
+        table: DispatchTable, rows: list[list[int]], keys: list[int], p: _Prepared, i: int, j: int
+    ) -> tuple[int, dict[int, list[int]]] | None:
+        """Decide check-ins i.. (before j) with ``table`` until one exhausts its job's
+        budget: (check-ins used, each picked job's check-in numbers), or None if no
+        check-in before j can be assigned."""
+        budget = table.budget
+        positions: dict[int, list[int]] = {}
+        limits: dict[int, int] = {}
+        last = -1
+        num_rows = len(rows)
+        if table.uniform:
+            us = p.lists("u")
+            for c in range(i, j):
+                key = keys[c]
+                if key >= num_rows:
+                    continue
+                row = rows[key]
+                m = len(row)
+                if not m:
+                    continue
+                job = row[min(int(us[c] * m), m - 1)]
+                last = c
+                mine = positions.get(job)
+                if mine is None:
+                    mine = positions[job] = [c]
+                    limits[job] = int(budget[job])
+                else:
+                    mine.append(c)
+                if len(mine) >= limits[job]:
+                    break
+        else:
+            heads = table.heads()
+            for c in range(i, j):
+                key = keys[c]
+                if key >= num_rows:
+                    continue
+                job = heads[key]
+                if job < 0:
+                    continue
+                last = c
+                mine = positions.get(job)
+                if mine is None:
+                    mine = positions[job] = [c]
+                    limits[job] = int(budget[job])
+                else:
+                    mine.append(c)
+                if len(mine) >= limits[job]:
+                    break
+        if last < 0:
+            return None
+        return last - i + 1, positions
 
-    def _first_close(self, jobs: np.ndarray, finish: np.ndarray, ok: np.ndarray) -> float:
-        """Earliest round close these assignments would cause (inf if none)."""
+    def _commit_step(
+        self, p: _Prepared, positions: dict[int, list[int]], i: int, j: int, stop: int
+    ) -> int:
+        """Run the tasks of one step's assignments and account them; returns the number
+        of check-ins the step used (fewer than ``stop`` if a round it fills closes
+        before its last check-in: the rest belong to the next table)."""
+        tl = p.lists("time")
+        noise, comp, transfer, end = map(p.lists, ("noise", "comp", "transfer", "end"))
+        workload = self._workload
+        by_idx = self.sched.by_idx
+        live = self.live
+        done: list[tuple[int, list[int], list[float], list[float], list[bool]]] = []
         cut = np.inf
-        for idx in np.unique(jobs):
-            job_id = self.sched.by_idx[int(idx)].spec.job_id
-            lr = self.live[job_id]
-            mine = (jobs == idx) & ok
-            k = self.records[job_id].spec.results_needed
-            if lr.count + int(mine.sum()) < k:
+        for job in sorted(positions):
+            mine = positions[job]
+            w = workload[job]
+            resp = [noise[c] + w * comp[c] + transfer[c] for c in mine]
+            finish = [tl[c] + r for c, r in zip(mine, resp, strict=True)]
+            ok = [f <= end[c] + WINDOW_SLACK_S for c, f in zip(mine, finish, strict=True)]
+            done.append((job, mine, resp, finish, ok))
+            # The earliest round close these assignments would cause.
+            k = self.records[by_idx[job].spec.job_id].spec.results_needed
+            lr = live[by_idx[job].spec.job_id]
+            good = sum(ok)
+            if lr.count + good >= k:
+                new = sorted(f for f, o in zip(finish, ok, strict=True) if o)
+                pool = lr.sorted_finish + new
+                pool.sort()
+                cut = min(cut, pool[k - 1])
+        if cut <= tl[i + stop - 1]:
+            # A round this step closes changes the plan: the check-ins from the close on
+            # belong to the next step (a timed event at t runs before a check-in at t).
+            stop = bisect_left(tl, cut, i, j) - i
+            limit = i + stop
+        else:
+            limit = j
+        tiers = p.lists("tiers")
+        offset = p.offset
+        sched = self.sched
+        for job, mine, resp, finish, ok in done:
+            count = bisect_left(mine, limit)
+            if count == 0:
                 continue
-            pool = np.concatenate([*lr.finish, finish[mine]])
-            cut = min(cut, float(np.partition(pool, k - 1)[k - 1]))
-        return cut
-
-    def _commit(
-        self,
-        p: _Prepared,
-        rows: np.ndarray,
-        jobs: np.ndarray,
-        resp: np.ndarray,
-        finish: np.ndarray,
-        ok: np.ndarray,
-    ) -> None:
-        self.assignments += len(rows)
-        times = p.batch.time
-        for idx in np.unique(jobs):
-            mine = np.flatnonzero(jobs == idx)
-            js = self.sched.by_idx[int(idx)]
-            count = len(mine)
-            fill_at = float(times[rows[mine[js.remaining - 1]]]) if count >= js.remaining else 0.0
-            self.sched.assign_many(int(idx), count, fill_at)
-            lr = self.live[js.spec.job_id]
+            js = by_idx[job]
+            fill_at = tl[mine[js.remaining - 1]] if count >= js.remaining else 0.0
+            sched.assign_many(job, count, fill_at)
+            self.assignments += count
+            lr = live[js.spec.job_id]
             lr.record.assigned += count
-            good = mine[ok[mine]]
+            good = [q for q in range(count) if ok[q]]
             lr.record.failures += count - len(good)
-            if len(good):
-                lr.add(finish[good], p.tiers[rows[good]], resp[good], p.seq[rows[good]])
+            if good:
+                lr.add(
+                    [finish[q] for q in good],
+                    [tiers[mine[q]] for q in good],
+                    [resp[q] for q in good],
+                    [offset + mine[q] for q in good],
+                )
                 self._offer_close(lr)
+        return stop
 
 
 @dataclass(frozen=True)
@@ -339,3 +402,13 @@ class _Prepared:
     tiers: np.ndarray
     transfer: np.ndarray
     seq: np.ndarray
+    offset: int  # global number of the first check-in
+    _lists: dict[str, list] = field(default_factory=dict)
+
+    def lists(self, name: str) -> list:
+        """A column as a Python list (for per-check-in work), converted on first use."""
+        out = self._lists.get(name)
+        if out is None:
+            source = self.batch if name not in ("tiers", "transfer") else self
+            out = self._lists[name] = getattr(source, name).tolist()
+        return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import insort
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,47 +33,54 @@ class RoundRecord:
 
 @dataclass
 class LiveRound:
-    """Successful results of the open round, as arrays appended per batch."""
+    """Successful results of the open round, as plain lists (appended per batch).
+
+    ``finish`` is kept sorted as well, so the k-th result time is a lookup.
+    """
 
     record: RoundRecord
-    finish: list[np.ndarray] = field(default_factory=list)
-    tiers: list[np.ndarray] = field(default_factory=list)
-    resp: list[np.ndarray] = field(default_factory=list)  # dispatch -> result, seconds
-    seq: list[np.ndarray] = field(default_factory=list)  # global check-in number (ties)
+    finish: list[float] = field(default_factory=list)
+    tiers: list[int] = field(default_factory=list)
+    resp: list[float] = field(default_factory=list)  # dispatch -> result, seconds
+    seq: list[int] = field(default_factory=list)  # global check-in number (ties)
+    sorted_finish: list[float] = field(default_factory=list)
     close_candidate: float = float("inf")
-    count: int = 0  # successful results so far
 
-    def add(self, finish: np.ndarray, tiers: np.ndarray, resp: np.ndarray, seq: np.ndarray) -> None:
-        if len(finish):
-            self.count += len(finish)
-            self.finish.append(finish)
-            self.tiers.append(tiers)
-            self.resp.append(resp)
-            self.seq.append(seq)
+    @property
+    def count(self) -> int:
+        """Successful results so far."""
+        return len(self.finish)
+
+    def add(
+        self, finish: list[float], tiers: list[int], resp: list[float], seq: list[int]
+    ) -> None:
+        if finish:
+            self.finish += finish
+            self.tiers += tiers
+            self.resp += resp
+            self.seq += seq
+            ordered = self.sorted_finish
+            if len(finish) == 1:
+                insort(ordered, finish[0])
+            else:
+                ordered += finish
+                ordered.sort()
 
     def kth_finish(self, k: int) -> float:
         """Time of the k-th successful result so far (inf if fewer)."""
-        if self.count < k:
+        if len(self.finish) < k:
             return float("inf")
-        if len(self.finish) > 1:
-            self.finish = [np.concatenate(self.finish)]
-            self.tiers = [np.concatenate(self.tiers)]
-            self.resp = [np.concatenate(self.resp)]
-            self.seq = [np.concatenate(self.seq)]
-        return float(np.partition(self.finish[0], k - 1)[k - 1])
+        return self.sorted_finish[k - 1]
 
     def arrived_by(self, t: float) -> tuple[np.ndarray, np.ndarray, int]:
         """(tiers, response times) of results that arrived by ``t`` in arrival order, and
         the number that arrived later (stragglers)."""
-        if not self.finish:
-            return np.empty(0, dtype=np.int64), np.empty(0), 0
-        finish = np.concatenate(self.finish)
-        order = np.lexsort((np.concatenate(self.seq), finish))
-        finish = finish[order]
-        keep = finish <= t
-        tiers = np.concatenate(self.tiers)[order][keep]
-        resp = np.concatenate(self.resp)[order][keep]
-        return tiers, resp, int((~keep).sum())
+        finish, seq = self.finish, self.seq
+        order = sorted(range(len(finish)), key=lambda x: (finish[x], seq[x]))
+        kept = [x for x in order if finish[x] <= t]
+        tiers = np.array([self.tiers[x] for x in kept], dtype=np.int64)
+        resp = np.array([self.resp[x] for x in kept], dtype=np.float64)
+        return tiers, resp, len(finish) - len(kept)
 
 
 @dataclass
