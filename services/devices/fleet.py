@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
 
 from venn import events
 from venn.broker import topics
@@ -114,6 +115,8 @@ class DeviceFleet:
         self._due: list[_Due] = []
         self._seq = 0
         self._batches = 0
+        self._partitions: list[int] = []
+        self._partitioner = DefaultPartitioner()
         self._wake = asyncio.Event()
         self._producer: AIOKafkaProducer | None = None
         self._send_errors = 0
@@ -142,16 +145,24 @@ class DeviceFleet:
                 end=float(batch.end[i]), duration=float(durations[i])
             )
         # Each tick's check-ins go out as CheckinBatch events (one Kafka message per
-        # FLEET_BATCH check-ins): the scheduler's cost is per message.
-        encoded = [events.encode(e) for e in self._checkin_events(batch)]
-        for start in range(0, len(encoded), FLEET_BATCH):
-            self._batches += 1
-            batch_id = f"{self._run}-b{self._batches}"
-            value = events.encode_checkin_batch(
-                batch_id, time.time(), encoded[start : start + FLEET_BATCH]
-            )
-            fut = await self._producer.send(topics.CHECKINS, value, key=batch_id.encode())
-            fut.add_done_callback(self._on_sent)
+        # partition and FLEET_BATCH check-ins): the scheduler's cost is per message. A batch
+        # holds devices of one partition, the one their device_id key maps to.
+        by_partition: dict[int, list[bytes]] = {}
+        for event in self._checkin_events(batch):
+            key = event.device_id.encode()
+            partition = self._partitioner(key, self._partitions, self._partitions)
+            by_partition.setdefault(partition, []).append(events.encode(event))
+        for partition, encoded in by_partition.items():
+            for start in range(0, len(encoded), FLEET_BATCH):
+                self._batches += 1
+                batch_id = f"{self._run}-b{self._batches}"
+                value = events.encode_checkin_batch(
+                    batch_id, time.time(), encoded[start : start + FLEET_BATCH]
+                )
+                fut = await self._producer.send(
+                    topics.CHECKINS, value, key=batch_id.encode(), partition=partition
+                )
+                fut.add_done_callback(self._on_sent)
 
     def _on_sent(self, fut: asyncio.Future[object]) -> None:
         if not fut.cancelled() and fut.exception() is not None:
@@ -248,6 +259,7 @@ class DeviceFleet:
         await consumer.start()
         pump: asyncio.Task[None] | None = None
         try:
+            self._partitions = sorted(await self._producer.partitions_for(topics.CHECKINS))
             parts = [
                 TopicPartition(topics.ASSIGNMENTS, p)
                 for p in sorted(await self._producer.partitions_for(topics.ASSIGNMENTS))

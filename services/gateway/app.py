@@ -153,6 +153,7 @@ class Gateway:
         await self.producer.start()
         self.batcher = CheckinBatcher(
             self.producer,
+            counts[topics.CHECKINS],
             self.id,
             self.config.linger_ms / 1000,
             self.config.batch_max,

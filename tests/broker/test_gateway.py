@@ -430,3 +430,36 @@ async def test_overload_answers_429_at_once(stack: Stack) -> None:
     finally:
         await small.stop()
         await stack.tap.finish(job_id)
+
+
+async def test_checkins_go_out_in_batches_on_their_device_partition(stack: Stack) -> None:
+    tok = uuid.uuid4().hex[:8]
+    devices = [f"part{i}-{tok}" for i in range(24)]
+    consumer = AIOKafkaConsumer(bootstrap_servers=stack.settings.broker, group_id=None)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topics.CHECKINS, p) for p in range(stack.settings.topic_partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        for tp in tps:
+            await consumer.position(tp)
+        # Concurrent check-ins within the linger time share batches.
+        answers = await asyncio.gather(*(stack.checkin(d, {f"none_{tok}": 1.0}) for d in devices))
+        assert all(status == 200 for status, _, _ in answers)
+        seen: dict[str, int] = {}
+        batches = 0
+        deadline = time.monotonic() + 20
+        while len(seen) < len(devices) and time.monotonic() < deadline:
+            for tp, records in (await consumer.getmany(timeout_ms=200)).items():
+                for r in records:
+                    event = ev.decode(r.value, ev.ALLOWED_ON[topics.CHECKINS])
+                    mine = [c for c in ev.checkins_of(event) if c.device_id.endswith(tok)]
+                    batches += bool(mine) and isinstance(event, ev.CheckinBatch)
+                    seen.update((c.device_id, tp.partition) for c in mine)
+    finally:
+        await consumer.stop()
+    assert set(seen) == set(devices)
+    assert batches < len(devices), "every check-in went out alone"
+    batcher = stack.server.gateway.batcher
+    assert batcher is not None
+    assert all(seen[d] == batcher.partition_of(d) for d in devices)
