@@ -9,7 +9,7 @@ overtakes a job ahead of it in some preference list).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -27,6 +27,9 @@ class DispatchTable:
     counts: np.ndarray  # int64 [signatures, tiers]
     uniform: bool  # pick uniformly among candidates (else the first)
     budget: np.ndarray  # int64 [jobs]: assignments until the table must be recompiled
+    # The same rows as Python lists, if the compiler had them (else made on first use).
+    head_list: list[int] | None = field(default=None, compare=False, repr=False)
+    row_lists: list[list[int]] | None = field(default=None, compare=False, repr=False)
 
     def pick(self, signature: int, tier: int, u: float) -> int:
         """Job idx for one device, or -1."""
@@ -41,25 +44,32 @@ class DispatchTable:
     @cached_property
     def any_candidate(self) -> bool:
         """Can any device be assigned at all?"""
+        if self.head_list is not None:
+            return max(self.head_list, default=-1) >= 0
         return bool(self.counts.any())
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.counts.size)
 
     def heads(self) -> list[int]:
         """First candidate of each row (signature * tiers + tier), -1 if none, as a list."""
-        out = self.__dict__.get("_heads")
+        out = self.head_list
         if out is None:
-            out = self.__dict__["_heads"] = self.candidates[:, :, 0].ravel().tolist()
+            out = self.candidates[:, :, 0].ravel().tolist()
+            object.__setattr__(self, "head_list", out)
         return out
 
     def rows(self) -> list[list[int]]:
         """Candidates of each row (signature * tiers + tier), as lists (a first pick's
         rows hold only the head)."""
-        out = self.__dict__.get("_rows")
+        out = self.row_lists
         if out is None:
             width = self.candidates.shape[2]
             flat = self.candidates.reshape(-1, width).tolist()
             counts = self.counts.ravel().tolist()
             out = [row[: min(c, width)] for row, c in zip(flat, counts, strict=True)]
-            self.__dict__["_rows"] = out
+            object.__setattr__(self, "row_lists", out)
         return out
 
     def pick_many(self, signatures: np.ndarray, tiers: np.ndarray, u: np.ndarray) -> np.ndarray:

@@ -75,7 +75,10 @@ class TailTracker:
         self.num_tiers = num_tiers
         self.window = window
         self._samples: list[np.ndarray] = [np.empty(0) for _ in range(num_tiers)]
-        self._ratios: list[float | None] | None = None
+        # Computed on demand and kept until the next record: the fleet p95 and each
+        # tier's ratio (a request asks for one tier).
+        self._fleet: float | None = None
+        self._ratios: dict[int, float | None] = {}
 
     def record(
         self, tiers: Sequence[int] | np.ndarray, seconds: Sequence[float] | np.ndarray
@@ -89,24 +92,26 @@ class TailTracker:
             picked = secs[tiers_a == u]
             if len(picked):
                 self._samples[u] = np.concatenate([self._samples[u], picked])[-self.window :]
-        self._ratios = None
+        self._fleet = None
+        self._ratios = {}
 
-    def _compute(self) -> list[float | None]:
-        every = np.concatenate(self._samples)
-        fleet = p95(every) if len(every) else 0.0
-        out: list[float | None] = []
-        for own in self._samples:
-            if len(own) >= self.MIN_SAMPLES and fleet > 0:
-                out.append(p95(own) / fleet)
-            else:
-                out.append(None)
-        return out
+    def _ratio(self, tier: int) -> float | None:
+        fleet = self._fleet
+        if fleet is None:
+            every = np.concatenate(self._samples)
+            fleet = self._fleet = p95(every) if len(every) else 0.0
+        own = self._samples[tier]
+        if len(own) >= self.MIN_SAMPLES and fleet > 0:
+            return p95(own) / fleet
+        return None
 
     def tail_ratio(self, tier: int, prior: Sequence[float] | None = None) -> float:
         """g_u; falls back to the prior (or 1.0, which never restricts) without data."""
-        if self._ratios is None:
-            self._ratios = self._compute()
-        own = self._ratios[tier]
+        ratios = self._ratios
+        if tier in ratios:
+            own = ratios[tier]
+        else:
+            own = ratios[tier] = self._ratio(tier)
         if own is not None:
             return own
         return float(prior[tier]) if prior is not None else 1.0

@@ -30,7 +30,14 @@ from venn.core.matching import TierModel
 from venn.core.model import JobSpec
 from venn.core.registry import POLICIES, make_scheduler
 from venn.core.scheduler import Scheduler
-from venn.sim.rounds import ROUND_GAP_S, WINDOW_SLACK_S, JobRecord, LiveRound, RoundRecord
+from venn.sim.rounds import (
+    ROUND_GAP_S,
+    WINDOW_SLACK_S,
+    JobRecord,
+    LiveRound,
+    RoundRecord,
+    kth_of_union,
+)
 from venn.traces.checkins import CheckinBatch, CheckinSource, capacity_proxy
 from venn.traces.devices import DeviceProfiles
 
@@ -261,7 +268,6 @@ class Simulation:
                 sched.observe_many(p.slots[observed : i + 1], times[observed : i + 1])
                 observed = i + 1
             table = sched.table(t)
-            rows = table.rows()
             if not table.any_candidate:
                 i = j
                 continue
@@ -269,7 +275,7 @@ class Simulation:
             if sig_of_slot is not keys_of:  # signatures change when a new group appears
                 keys_of = sig_of_slot
                 keys = (sig_of_slot[p.slots] * v + p.tiers).tolist()
-            picked = self._scan(table, rows, keys, p, i, j)
+            picked = self._scan(table, keys, p, i, j)
             if picked is None:
                 i = j
                 continue
@@ -281,7 +287,7 @@ class Simulation:
 
     @staticmethod
     def _scan(
-        table: DispatchTable, rows: list[list[int]], keys: list[int], p: _Prepared, i: int, j: int
+        table: DispatchTable, keys: list[int], p: _Prepared, i: int, j: int
     ) -> tuple[int, dict[int, list[int]]] | None:
         """Decide check-ins i.. (before j) with ``table`` until one exhausts its job's
         budget: (check-ins used, each picked job's check-in numbers), or None if no
@@ -290,8 +296,9 @@ class Simulation:
         positions: dict[int, list[int]] = {}
         limits: dict[int, int] = {}
         last = -1
-        num_rows = len(rows)
+        num_rows = table.num_rows
         if table.uniform:
+            rows = table.rows()
             us = p.lists("u")
             for c in range(i, j):
                 key = keys[c]
@@ -344,6 +351,7 @@ class Simulation:
         workload = self._workload
         by_idx = self.sched.by_idx
         live = self.live
+        records = self.records
         done: list[tuple[int, list[int], list[float], list[float], list[bool]]] = []
         cut = np.inf
         for job in sorted(positions):
@@ -354,14 +362,13 @@ class Simulation:
             ok = [f <= end[c] + WINDOW_SLACK_S for c, f in zip(mine, finish, strict=True)]
             done.append((job, mine, resp, finish, ok))
             # The earliest round close these assignments would cause.
-            k = self.records[by_idx[job].spec.job_id].spec.results_needed
-            lr = live[by_idx[job].spec.job_id]
-            good = sum(ok)
-            if lr.count + good >= k:
-                new = sorted(f for f, o in zip(finish, ok, strict=True) if o)
-                pool = lr.sorted_finish + new
-                pool.sort()
-                cut = min(cut, pool[k - 1])
+            job_id = by_idx[job].spec.job_id
+            k = records[job_id].spec.results_needed
+            lr = live[job_id]
+            new = [f for f, o in zip(finish, ok, strict=True) if o]
+            if lr.count + len(new) >= k:
+                new.sort()
+                cut = min(cut, kth_of_union(lr.sorted_finish, new, k))
         if cut <= tl[i + stop - 1]:
             # A round this step closes changes the plan: the check-ins from the close on
             # belong to the next step (a timed event at t runs before a check-in at t).
@@ -373,7 +380,7 @@ class Simulation:
         offset = p.offset
         sched = self.sched
         for job, mine, resp, finish, ok in done:
-            count = bisect_left(mine, limit)
+            count = len(mine) if limit == j else bisect_left(mine, limit)
             if count == 0:
                 continue
             js = by_idx[job]
@@ -385,12 +392,15 @@ class Simulation:
             good = [q for q in range(count) if ok[q]]
             lr.record.failures += count - len(good)
             if good:
-                lr.add(
-                    [finish[q] for q in good],
-                    [tiers[mine[q]] for q in good],
-                    [resp[q] for q in good],
-                    [offset + mine[q] for q in good],
-                )
+                if len(good) == len(mine):
+                    lr.add(finish, [tiers[c] for c in mine], resp, [offset + c for c in mine])
+                else:
+                    lr.add(
+                        [finish[q] for q in good],
+                        [tiers[mine[q]] for q in good],
+                        [resp[q] for q in good],
+                        [offset + mine[q] for q in good],
+                    )
                 self._offer_close(lr)
         return stop
 

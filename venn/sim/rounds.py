@@ -51,17 +51,16 @@ class LiveRound:
         """Successful results so far."""
         return len(self.finish)
 
-    def add(
-        self, finish: list[float], tiers: list[int], resp: list[float], seq: list[int]
-    ) -> None:
+    def add(self, finish: list[float], tiers: list[int], resp: list[float], seq: list[int]) -> None:
         if finish:
             self.finish += finish
             self.tiers += tiers
             self.resp += resp
             self.seq += seq
             ordered = self.sorted_finish
-            if len(finish) == 1:
-                insort(ordered, finish[0])
+            if len(finish) <= 8:
+                for f in finish:
+                    insort(ordered, f)
             else:
                 ordered += finish
                 ordered.sort()
@@ -75,12 +74,30 @@ class LiveRound:
     def arrived_by(self, t: float) -> tuple[np.ndarray, np.ndarray, int]:
         """(tiers, response times) of results that arrived by ``t`` in arrival order, and
         the number that arrived later (stragglers)."""
-        finish, seq = self.finish, self.seq
-        order = sorted(range(len(finish)), key=lambda x: (finish[x], seq[x]))
+        finish = self.finish
+        # Results are added in check-in order, so a stable sort by finish time breaks
+        # ties by check-in number (``seq``).
+        order = sorted(range(len(finish)), key=finish.__getitem__)
         kept = [x for x in order if finish[x] <= t]
         tiers = np.array([self.tiers[x] for x in kept], dtype=np.int64)
         resp = np.array([self.resp[x] for x in kept], dtype=np.float64)
         return tiers, resp, len(finish) - len(kept)
+
+
+def kth_of_union(a: list[float], b: list[float], k: int) -> float:
+    """The k-th smallest (1-based) value of two sorted lists together (k <= total)."""
+    lo, hi = max(0, k - len(a)), min(k, len(b))
+    while lo < hi:  # smallest count t taken from b with b[t] >= a[k - t - 1]
+        t = (lo + hi) // 2
+        if b[t] < a[k - t - 1]:
+            lo = t + 1
+        else:
+            hi = t
+    if lo == 0:
+        return a[k - 1]
+    if lo == k:
+        return b[k - 1]
+    return max(a[k - lo - 1], b[lo - 1])
 
 
 @dataclass
