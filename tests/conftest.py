@@ -69,6 +69,28 @@ def pg_url(pg_admin_url: str) -> Iterator[str]:
         drop_database(url)
 
 
+@pytest.fixture(scope="session")
+def partitions(broker: str) -> int:
+    """Partition count of the run's Venn topics: the first test that creates them picks it
+    (4), and every scheduler stack of the run must use the same, or Faust's changelogs and
+    the shared input topics would disagree."""
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from venn.broker import topics
+
+    async def existing() -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+        await admin.start()
+        try:
+            return (await topics.topic_partitions(admin)).get(topics.JOBS, 4)
+        finally:
+            await admin.close()
+
+    return asyncio.run(existing())
+
+
 @pytest.fixture
 def unique() -> str:
     """A short unique token for topic prefixes, group ids, job ids."""

@@ -20,14 +20,12 @@ import aiohttp
 import jsonschema
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from services.gateway import GatewayConfig, GatewayServer
 from services.scheduler.process import prepare_topics, start_worker, stop_worker
 from venn import events as ev
 from venn.broker import topics
 from venn.broker.embedded import free_port
-from venn.broker.topics import topic_partitions
 from venn.settings import Settings
 
 WAIT_S = 2.0  # see GatewayConfig.wait_s: an idle Faust worker on Tansu reads up to 1.5 s late
@@ -152,15 +150,6 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None
         await asyncio.sleep(0.05)
 
 
-async def _partitions(bootstrap: str, default: int) -> int:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        return (await topic_partitions(admin)).get(topics.JOBS, default)
-    finally:
-        await admin.close()
-
-
 async def round_open(server: GatewayServer, job_id: str) -> None:
     """Until the gateway's demand view has seen the job's round open."""
     jobs = server.gateway.view.jobs
@@ -182,8 +171,7 @@ async def assigned(
 
 
 @pytest.fixture(scope="module")
-async def stack(broker: str, run_dir: Path) -> AsyncIterator[Stack]:
-    partitions = await _partitions(broker, 4)
+async def stack(broker: str, run_dir: Path, partitions: int) -> AsyncIterator[Stack]:
     app_id = f"venn-scheduler-gw-{uuid.uuid4().hex[:8]}"
     settings = Settings(broker=broker, app_id=app_id, topic_partitions=partitions)
     await prepare_topics(settings)

@@ -21,13 +21,11 @@ from typing import Any
 import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
 
 from services.scheduler.process import kill_worker, prepare_topics, start_worker, stop_worker
 from venn import events as ev
 from venn.broker import topics
 from venn.broker.embedded import free_port
-from venn.broker.topics import topic_partitions
 from venn.settings import Settings
 
 MAX_EVENT_BYTES = 4096
@@ -146,19 +144,8 @@ class Worker:
         return 0.0
 
 
-async def _partitions(bootstrap: str, default: int) -> int:
-    """Use the partition count of the run's existing Venn topics, if any."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        return (await topic_partitions(admin)).get(topics.JOBS, default)
-    finally:
-        await admin.close()
-
-
 @pytest.fixture(scope="module")
-async def stack(broker: str, run_dir: Path) -> AsyncIterator[tuple[Bus, Worker]]:
-    partitions = await _partitions(broker, 4)
+async def stack(broker: str, run_dir: Path, partitions: int) -> AsyncIterator[tuple[Bus, Worker]]:
     app_id = f"venn-scheduler-test-{uuid.uuid4().hex[:8]}"
     settings = Settings(broker=broker, app_id=app_id, topic_partitions=partitions)
     await prepare_topics(settings)
