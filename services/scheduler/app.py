@@ -51,7 +51,7 @@ from venn.settings import Settings
 
 log = logging.getLogger(__name__)
 
-TABLES = ("jobs", "assigned")
+TABLES = ("jobs", "round")
 QUIET_LOGGERS = ("faust", "mode", "aiokafka")
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4"
 
@@ -98,7 +98,7 @@ def create_app(
     )
     partitions = settings.topic_partitions
     jobs_table = app.Table("jobs", key_type=str, partitions=partitions)
-    assigned_table = app.Table("assigned", key_type=str, partitions=partitions)
+    rounds_table = app.Table("round", key_type=str, partitions=partitions)
 
     def raw_topic(name: str) -> faust.TopicT:
         return app.topic(name, key_serializer="raw", value_serializer="raw")
@@ -120,7 +120,7 @@ def create_app(
     def owned_partitions() -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topics.JOBS}
 
-    state = SchedulerState(config, jobs_table, assigned_table, owned_partitions)
+    state = SchedulerState(config, jobs_table, rounds_table, owned_partitions)
     app.scheduler_state = state  # type: ignore[attr-defined]
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]

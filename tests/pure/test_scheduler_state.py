@@ -1,0 +1,114 @@
+"""The scheduler worker's state machine on plain dicts (the Faust tables' stand-ins):
+what its tables hold is enough to rebuild the same core after a crash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.scheduler.config import SchedulerConfig
+from services.scheduler.state import SchedulerState
+from venn import events as ev
+from venn.settings import Settings
+
+NOW = 1000.0
+ATTRS = {"ram": 8.0}
+
+
+def state(jobs: dict[str, Any], rounds: dict[str, Any]) -> SchedulerState:
+    s = SchedulerState(SchedulerConfig(settings=Settings(), policy="fifo"), jobs, rounds)
+    s.ensure_loaded(NOW)
+    return s
+
+
+def checkin(device: str) -> ev.DeviceCheckin:
+    return ev.DeviceCheckin(
+        event_id=f"c-{device}",
+        time=NOW,
+        device_id=device,
+        attrs=ATTRS,
+        speed_ms_per_sample=60.0,
+        bandwidth_kbps=12000.0,
+    )
+
+
+def result(device: str, ok: bool = True) -> ev.DeviceResult:
+    return ev.DeviceResult(
+        event_id=f"r-{device}",
+        time=NOW,
+        job_id="j",
+        round_index=0,
+        device_id=device,
+        ok=ok,
+        response_time_s=7.0,
+    )
+
+
+def test_tables_rebuild_demand_busy_devices_and_results() -> None:
+    jobs: dict[str, Any] = {}
+    rounds: dict[str, Any] = {}
+    s = state(jobs, rounds)
+    s.on_job_event(
+        ev.JobRegistered(
+            event_id="reg",
+            time=NOW,
+            job_id="j",
+            requirement={"ram": 4.0},
+            demand=5,
+            rounds=2,
+            deadline_s=60,
+            workload_s=5,
+        ),
+        0,
+        NOW,
+    )
+    s.on_job_event(
+        ev.RoundRequested(event_id="rr", time=NOW, job_id="j", round_index=0, demand=5), 0, NOW
+    )
+    batch = ev.CheckinBatch(event_id="b1", time=NOW, checkins=[checkin(f"d{i}") for i in range(4)])
+    (out,) = s.on_checkin_batch(batch, NOW)
+    assert isinstance(out, ev.AssignmentBatch) and len(out.assignments) == 4
+    assert s.on_assignment(out, 0, NOW) == 0
+    assert s.on_assignment(out, 0, NOW) == 0  # a replayed read-back writes nothing new
+    assert len(rounds) == 1, "one row per read-back batch, not per assignment"
+    s.on_result(result("d0"), 0, NOW)
+    s.on_result(result("d1", ok=False), 0, NOW)
+    assert len(rounds) == 3
+
+    rebuilt = state(jobs, rounds)  # a new worker on the same tables
+    js = rebuilt.core.jobs["j"]
+    assert (js.remaining, js.assigned) == (1, 4)
+    assert set(rebuilt.core.active_devices) == {"d2", "d3"}
+    # Released devices may check in again; busy ones may not; demand left is one.
+    again = ev.CheckinBatch(
+        event_id="b2", time=NOW, checkins=[checkin(d) for d in ("d2", "d0", "d1")], reply_to="g"
+    )
+    assigned, declined = rebuilt.on_checkin_batch(again, NOW)
+    assert isinstance(assigned, ev.AssignmentBatch) and isinstance(declined, ev.CheckinsDeclined)
+    assert [a.device_id for a in assigned.assignments] == ["d0"]
+    assert set(declined.checkin_ids) == {"c-d2", "c-d1"}
+    # The round's good results survive the rebuild, and its rows go when it closes.
+    ledger = rebuilt.ledgers["j"]
+    assert ledger.results["d0"] is not None and ledger.results["d0"][1] == 7.0
+    assert ledger.results["d1"] is None
+    rebuilt.on_assignment(assigned, 0, NOW)
+    rebuilt.on_round_event(
+        ev.RoundClosed(
+            event_id="close",
+            time=NOW,
+            job_id="j",
+            round_index=0,
+            outcome="succeeded",
+            demand=5,
+            assigned=5,
+            results=1,
+            opened_at=NOW,
+            closed_at=NOW + 10,
+            reason="",
+            sched_delay_s=1.0,
+            response_time_s=7.0,
+        ),
+        0,
+        NOW + 10,
+    )
+    assert rounds == {}
+    assert jobs["j"]["core"]["rounds_done"] == 1
