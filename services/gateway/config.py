@@ -15,13 +15,9 @@ class GatewayConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     wait_s: float = 2.0
-    """Longest a check-in waits for the scheduler's assignment before answering retry_after.
-
-    The scheduler only speaks when it assigns, so "no assignment" is known by this timeout
-    (unless the demand view answers at once, see `fast_no`): keep it short. Not shorter
-    than 2 s on Tansu: Tansu does not wake a parked fetch when data arrives and Faust
-    hard-codes `fetch_max_wait_ms=1500`, so an idle scheduler reads a check-in up to 1.5 s
-    late (with Apache Kafka it is a few ms)."""
+    """Longest a check-in waits for the scheduler's answer (an assignment, or the check-in
+    in a CheckinsDeclined) before answering retry_after. The answer normally comes in tens
+    of milliseconds; the bound covers a scheduler that is down, restarting or backlogged."""
     max_inflight: int = 2000
     """Check-ins in progress beyond which new ones get 429 + retry_after at once."""
     max_lag_s: float = 0.25
