@@ -333,12 +333,12 @@ class Scheduler:
         return out
 
     def _supply_by_signature(self) -> np.ndarray:
-        slot_counts = self.supply.slot_counts(self.index.num_slots)
-        return np.bincount(
-            self.index.signature_of_slot,
-            weights=slot_counts,
-            minlength=self.index.num_signatures,
-        )
+        # Counts of whole check-ins: the float sums are exact, so counting the window's
+        # signatures directly equals summing per-slot counts by signature.
+        window = self.supply.window_slots()
+        sigs = self.index.signature_of_slot[window]
+        counts = np.bincount(sigs, minlength=self.index.num_signatures)
+        return counts.astype(np.float64)
 
     def _build_view(self, now: float) -> tuple[PolicyView, Sequence[int | None]]:
         """The policy's view of the open jobs, and each one's tier restriction (or None)."""

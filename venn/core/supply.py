@@ -51,6 +51,10 @@ class SupplyWindow:
     def total_observed(self) -> int:
         return self._count
 
+    def window_slots(self) -> np.ndarray:
+        """Slots of the check-ins in the window (in buffer order, not arrival order)."""
+        return self._slots[: self.filled]
+
     def slot_counts(self, num_slots: int) -> np.ndarray:
         """Check-ins per slot within the window."""
         k = self.filled

@@ -21,6 +21,8 @@ import itertools
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import add, le
 from typing import Literal
 
 import numpy as np
@@ -208,7 +210,7 @@ class Simulation:
         )
         transfer = 2.0 * self.config.transfer_s / b.comm
         seq = offset + np.arange(len(b), dtype=np.int64)
-        return _Prepared(b, b.profile.astype(np.int64), tiers, transfer, seq, offset)
+        return _Prepared(b, b.profile.astype(np.int64), tiers, transfer, seq)
 
     def _task(self, p: _Prepared, rows: np.ndarray, jobs: np.ndarray) -> tuple[np.ndarray, ...]:
         """(response time, finish time, succeeded) of tasks dispatched at ``rows``."""
@@ -347,27 +349,27 @@ class Simulation:
         of check-ins the step used (fewer than ``stop`` if a round it fills closes
         before its last check-in: the rest belong to the next table)."""
         tl = p.lists("time")
-        noise, comp, transfer, end = map(p.lists, ("noise", "comp", "transfer", "end"))
+        noise, comp, transfer, deadline = map(p.lists, ("noise", "comp", "transfer", "deadline"))
         workload = self._workload
         by_idx = self.sched.by_idx
         live = self.live
         records = self.records
-        done: list[tuple[int, list[int], list[float], list[float], list[bool]]] = []
+        done: list[tuple[int, list[int], list[float], list[float], list[bool], bool]] = []
         cut = np.inf
         for job in sorted(positions):
             mine = positions[job]
             w = workload[job]
             resp = [noise[c] + w * comp[c] + transfer[c] for c in mine]
-            finish = [tl[c] + r for c, r in zip(mine, resp, strict=True)]
-            ok = [f <= end[c] + WINDOW_SLACK_S for c, f in zip(mine, finish, strict=True)]
-            done.append((job, mine, resp, finish, ok))
+            finish = list(map(add, map(tl.__getitem__, mine), resp))
+            ok = list(map(le, finish, map(deadline.__getitem__, mine)))
+            all_ok = all(ok)
+            done.append((job, mine, resp, finish, ok, all_ok))
             # The earliest round close these assignments would cause.
             job_id = by_idx[job].spec.job_id
             k = records[job_id].spec.results_needed
             lr = live[job_id]
-            new = [f for f, o in zip(finish, ok, strict=True) if o]
-            if lr.count + len(new) >= k:
-                new.sort()
+            if lr.count + (len(finish) if all_ok else sum(ok)) >= k:
+                new = sorted(finish if all_ok else compress(finish, ok))
                 cut = min(cut, kth_of_union(lr.sorted_finish, new, k))
         if cut <= tl[i + stop - 1]:
             # A round this step closes changes the plan: the check-ins from the close on
@@ -377,9 +379,9 @@ class Simulation:
         else:
             limit = j
         tiers = p.lists("tiers")
-        offset = p.offset
+        seq = p.lists("seq")
         sched = self.sched
-        for job, mine, resp, finish, ok in done:
+        for job, mine, resp, finish, ok, all_ok in done:
             count = len(mine) if limit == j else bisect_left(mine, limit)
             if count == 0:
                 continue
@@ -389,18 +391,20 @@ class Simulation:
             self.assignments += count
             lr = live[js.spec.job_id]
             lr.record.assigned += count
+            if count == len(mine) and all_ok:
+                picked_tiers = list(map(tiers.__getitem__, mine))
+                lr.add(finish, picked_tiers, resp, list(map(seq.__getitem__, mine)))
+                self._offer_close(lr)
+                continue
             good = [q for q in range(count) if ok[q]]
             lr.record.failures += count - len(good)
             if good:
-                if len(good) == len(mine):
-                    lr.add(finish, [tiers[c] for c in mine], resp, [offset + c for c in mine])
-                else:
-                    lr.add(
-                        [finish[q] for q in good],
-                        [tiers[mine[q]] for q in good],
-                        [resp[q] for q in good],
-                        [offset + mine[q] for q in good],
-                    )
+                lr.add(
+                    [finish[q] for q in good],
+                    [tiers[mine[q]] for q in good],
+                    [resp[q] for q in good],
+                    [seq[mine[q]] for q in good],
+                )
                 self._offer_close(lr)
         return stop
 
@@ -412,13 +416,16 @@ class _Prepared:
     tiers: np.ndarray
     transfer: np.ndarray
     seq: np.ndarray
-    offset: int  # global number of the first check-in
     _lists: dict[str, list] = field(default_factory=dict)
 
     def lists(self, name: str) -> list:
-        """A column as a Python list (for per-check-in work), converted on first use."""
+        """A column as a Python list (for per-check-in work), converted on first use;
+        ``deadline`` is the latest finish time of a successful task."""
         out = self._lists.get(name)
         if out is None:
-            source = self.batch if name not in ("tiers", "transfer") else self
-            out = self._lists[name] = getattr(source, name).tolist()
+            if name == "deadline":
+                column = self.batch.end + WINDOW_SLACK_S
+            else:
+                column = getattr(self if name in ("tiers", "transfer", "seq") else self.batch, name)
+            out = self._lists[name] = column.tolist()
         return out
