@@ -228,9 +228,13 @@ class Scheduler:
             return None  # first rounds skip matching: no profile yet
         v = self.tiers.num_tiers
         u = _splitmix(self.seed, js.idx, js.attempts) % v
-        g = self.tails.tail_ratio(u, self.tiers.prior_tail_ratio)
         resp = _mean(js.response_times)
         sched = _mean(js.sched_delays)
+        if resp <= 0 or (sched > 0 and 1 + resp / sched <= v):
+            # should_restrict is False whatever the tail ratio (g >= 0, so
+            # v + g*c >= v >= 1 + c): skip computing it.
+            return None
+        g = self.tails.tail_ratio(u, self.tiers.prior_tail_ratio)
         return u if should_restrict(v, g, resp, sched) else None
 
     # -- check-ins -------------------------------------------------------------------

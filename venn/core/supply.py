@@ -33,14 +33,21 @@ class SupplyWindow:
         n = len(slots)
         if n == 0:
             return
-        if n >= self.size:
-            slots, times = slots[-self.size :], times[-self.size :]
-            start = (self._count + n - self.size) % self.size
-            idx = (start + np.arange(self.size)) % self.size
+        size = self.size
+        if n >= size:
+            slots, times = slots[-size:], times[-size:]
+            start = (self._count + n - size) % size
+            m = size
         else:
-            idx = (self._count + np.arange(n)) % self.size
-        self._slots[idx] = slots
-        self._times[idx] = times
+            start = self._count % size
+            m = n
+        # At most two slices: up to the end of the buffer, then from its start.
+        head = min(m, size - start)
+        self._slots[start : start + head] = slots[:head]
+        self._times[start : start + head] = times[:head]
+        if head < m:
+            self._slots[: m - head] = slots[head:]
+            self._times[: m - head] = times[head:]
         self._count += n
 
     @property
