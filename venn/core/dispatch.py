@@ -10,11 +10,10 @@ overtakes a job ahead of it in some preference list).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
-from venn.core.policies.base import OpenJob
+from venn.core.policies.base import OpenJob, cached
 
 NO_LIMIT = np.iinfo(np.int64).max // 4
 
@@ -41,7 +40,7 @@ class DispatchTable:
         choice = min(int(u * n), n - 1) if self.uniform else 0
         return int(self.candidates[signature, tier, choice])
 
-    @cached_property
+    @cached
     def any_candidate(self) -> bool:
         """Can any device be assigned at all?"""
         if self.head_list is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from itertools import accumulate
+from itertools import accumulate, compress
 
 import numpy as np
 
@@ -111,22 +111,22 @@ def _plan_small(
     num_sigs = len(rows)
     sigs = range(num_sigs)
     queue = dict(zip(groups, queues, strict=True))
+    cols = list(zip(*rows, strict=True))  # eligibility column of each group
     total: dict[int, float] = {}
     breadth: dict[int, int] = {}
     for g in groups:
+        col = cols[g]
         t = 0.0
-        b = 0
-        for s in sigs:
-            if rows[s][g]:
-                t += supply[s]
-                b += 1
+        for x in compress(supply, col):
+            t += x
         total[g] = t
-        breadth[g] = b
+        breadth[g] = sum(col)
     ascending = sorted(groups, key=lambda g: (total[g], breadth[g], g))
     owner = [-1] * num_sigs
     for g in ascending:
+        col = cols[g]
         for s in sigs:
-            if owner[s] < 0 and rows[s][g]:
+            if owner[s] < 0 and col[s]:
                 owner[s] = g
     claimed = dict.fromkeys(groups, 0.0)
     for s in sigs:
@@ -138,11 +138,12 @@ def _plan_small(
         if claimed[j] <= 0:
             continue
         elapsed: list[float] | None = None
+        col_j = cols[j]
         for pos_k in range(pos_j - 1, -1, -1):
             k = ascending[pos_k]
             if claimed[k] <= 0:
                 continue
-            overlap = [s for s in sigs if owner[s] == k and rows[s][j]]
+            overlap = [s for s in sigs if owner[s] == k and col_j[s]]
             if not overlap:
                 continue
             # affected_queue_length, with j's running drain times kept between calls.

@@ -22,10 +22,35 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar, overload
 
 import numpy as np
+
+_T = TypeVar("_T")
+
+
+class cached(Generic[_T]):
+    """``functools.cached_property`` without the lock Python 3.11 takes on every access
+    (the view and table properties are read once or twice per compile)."""
+
+    def __init__(self, fn: Callable[[Any], _T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> cached[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> _T | cached[_T]:
+        if obj is None:
+            return self
+        value = self.fn(obj)
+        obj.__dict__[self.name] = value  # later reads find it before this descriptor
+        return value
 
 
 @dataclass(frozen=True)
@@ -103,33 +128,33 @@ class PolicyView:
     def num_signatures(self) -> int:
         return int(self.sig_matrix.shape[0])
 
-    @cached_property
+    @cached
     def supply(self) -> np.ndarray:
         return self._supply_fn()
 
     # -- numpy columns ----------------------------------------------------------------
-    @cached_property
+    @cached
     def idx(self) -> np.ndarray:
         return np.array(self.idx_list, dtype=np.int64)
 
-    @cached_property
+    @cached
     def group(self) -> np.ndarray:
         return np.array(self.group_list, dtype=np.int64)
 
-    @cached_property
+    @cached
     def remaining(self) -> np.ndarray:
         return np.array(self.remaining_list, dtype=np.int64)
 
-    @cached_property
+    @cached
     def weight(self) -> np.ndarray:
         return np.array(self.weight_list, dtype=np.float64)
 
-    @cached_property
+    @cached
     def keys(self) -> np.ndarray:
         """Weighted remaining demand (the first part of ``OpenJob.order_key``)."""
         return self.remaining * self.weight
 
-    @cached_property
+    @cached
     def key_list(self) -> list[float]:
         return [r * w for r, w in zip(self.remaining_list, self.weight_list, strict=True)]
 
@@ -178,7 +203,7 @@ class PolicyView:
             q.sort()
         return list(queues), list(queues.values())
 
-    @cached_property
+    @cached
     def open_jobs(self) -> tuple[OpenJob, ...]:
         ids = self._job_ids
         if callable(ids):
