@@ -132,3 +132,19 @@ def test_report_has_every_workload_and_policy_and_keeps_the_analysis(tmp_path: P
     again = (tmp_path / "reproduction.md").read_text()
     assert f"{ANALYSIS_BEGIN}\nOur hand-written analysis.\n{ANALYSIS_END}" in again
     assert "123,456" in again
+
+
+def test_lowest_reports_ties_and_common_set_leaves_out_random() -> None:
+    from venn.sim.reproduce import common_set_avg, lowest
+
+    def job(i: str, jct: float | None) -> dict[str, object]:
+        return {"id": i, "jct": jct}
+
+    res = {
+        "random": {"avg_jct_censored_s": 9.0, "per_job": [job("a", None), job("b", 5.0)]},
+        "fifo": {"avg_jct_censored_s": 4.0, "per_job": [job("a", 4.0), job("b", 2.0)]},
+        "venn": {"avg_jct_censored_s": 4.0, "per_job": [job("a", 2.0), job("b", 2.0)]},
+    }
+    assert lowest(res, "avg_jct_censored_s") == "fifo = venn"
+    n, avgs = common_set_avg(res)
+    assert n == 2 and avgs == {"fifo": 3.0, "venn": 2.0}
