@@ -148,3 +148,14 @@ def test_lowest_reports_ties_and_common_set_leaves_out_random() -> None:
     assert lowest(res, "avg_jct_censored_s") == "fifo = venn"
     n, avgs = common_set_avg(res)
     assert n == 2 and avgs == {"fifo": 3.0, "venn": 2.0}
+
+
+def test_cli_sim_takes_scales_and_reports_the_isolated_bound() -> None:
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "venn.cli", "sim", "--workload", "low", "--jobs", "2"]
+    cmd += ["--policy", "fifo", "--rounds-scale", "0.005", "--arrival-scale", "1", "--json"]
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    assert out["rounds_scale"] == 0.005 and out["arrival_scale"] == 1.0
+    assert 0 < out["isolated_avg_jct_s"] <= out["avg_jct_s"] + 1e-6
