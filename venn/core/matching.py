@@ -84,12 +84,19 @@ class TailTracker:
         self, tiers: Sequence[int] | np.ndarray, seconds: Sequence[float] | np.ndarray
     ) -> None:
         """Add response times of one round (tier of each responding device)."""
-        tiers_a = np.asarray(tiers, dtype=np.int64)
-        secs = np.asarray(seconds, dtype=np.float64)
-        if len(secs) == 0:
+        if len(seconds) == 0:
             return
-        for u in range(self.num_tiers):
-            picked = secs[tiers_a == u]
+        if isinstance(tiers, list) and isinstance(seconds, list):
+            # Plain lists (the simulator's case, a few hundred values): split in Python.
+            by_tier: list[list[float]] = [[] for _ in range(self.num_tiers)]
+            for u, x in zip(tiers, seconds, strict=True):
+                by_tier[u].append(x)
+            parts = [np.array(b, dtype=np.float64) for b in by_tier]
+        else:
+            tiers_a = np.asarray(tiers, dtype=np.int64)
+            secs = np.asarray(seconds, dtype=np.float64)
+            parts = [secs[tiers_a == u] for u in range(self.num_tiers)]
+        for u, picked in enumerate(parts):
             if len(picked):
                 self._samples[u] = np.concatenate([self._samples[u], picked])[-self.window :]
         self._fleet = None

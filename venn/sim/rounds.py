@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_right, insort
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from venn.core.model import JobSpec
 
@@ -71,17 +69,18 @@ class LiveRound:
             return float("inf")
         return self.sorted_finish[k - 1]
 
-    def arrived_by(self, t: float) -> tuple[np.ndarray, np.ndarray, int]:
+    def arrived_by(self, t: float) -> tuple[list[int], list[float], int]:
         """(tiers, response times) of results that arrived by ``t`` in arrival order, and
         the number that arrived later (stragglers)."""
         finish = self.finish
         # Results are added in check-in order, so a stable sort by finish time breaks
         # ties by check-in number (``seq``).
         order = sorted(range(len(finish)), key=finish.__getitem__)
-        kept = [x for x in order if finish[x] <= t]
-        tiers = np.array([self.tiers[x] for x in kept], dtype=np.int64)
-        resp = np.array([self.resp[x] for x in kept], dtype=np.float64)
-        return tiers, resp, len(finish) - len(kept)
+        arrived = bisect_right(self.sorted_finish, t)
+        kept = order[:arrived]
+        tiers = list(map(self.tiers.__getitem__, kept))
+        resp = list(map(self.resp.__getitem__, kept))
+        return tiers, resp, len(finish) - arrived
 
 
 def kth_of_union(a: list[float], b: list[float], k: int) -> float:
