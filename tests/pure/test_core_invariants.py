@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from venn.core import POLICIES, JobSpec, Requirement, make_scheduler
 from venn.core.matching import TierModel
+from venn.core.supply import SupplyWindow
 
 CPU_LEVELS = [0.0, 1.0, 4.0, 7.0]
 MEM_LEVELS = [0.0, 10.0, 1000.0]
@@ -133,3 +135,23 @@ def test_unknown_job_is_refused() -> None:
     assert not sched.request_round("ghost", 0, 0.0)
     assert not sched.close_round("ghost", 0, 0.0, True)
     assert not sched.remove_job("ghost")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(1, 7),
+    st.lists(st.lists(st.integers(0, 9), max_size=20), max_size=12),
+)
+def test_supply_window_batches_equal_single_check_ins(size: int, batches: list[list[int]]) -> None:
+    one, many = SupplyWindow(size), SupplyWindow(size)
+    t = 0.0
+    for batch in batches:
+        times = [t + i for i in range(len(batch))]
+        t += len(batch)
+        for slot, time in zip(batch, times, strict=True):
+            one.observe(slot, time)
+        many.observe_many(np.array(batch, dtype=np.int64), np.array(times))
+        assert one.total_observed == many.total_observed
+        assert (one.slot_counts(10) == many.slot_counts(10)).all()
+        assert one.rate_per_s() == many.rate_per_s()
+        assert sorted(one.window_slots().tolist()) == sorted(many.window_slots().tolist())

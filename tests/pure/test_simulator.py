@@ -8,9 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from venn.sim.engine import SimConfig, Simulation
 from venn.sim.metrics import summarise
+from venn.sim.rounds import kth_of_union
 from venn.sim.runner import tier_model
 from venn.traces.checkins import SyntheticTrace
 from venn.traces.devices import load_device_profiles
@@ -111,3 +114,16 @@ def test_cli_json_is_deterministic(tmp_path) -> None:
     ):
         assert key in out
     assert out["jobs_total"] == 2 and out["policy"] == "srsf"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.25]) | st.floats(0, 10), max_size=15),
+    st.lists(st.sampled_from([0.5, 1.0, 2.0]) | st.floats(0, 10), max_size=8),
+    st.data(),
+)
+def test_kth_of_union_is_the_kth_of_the_merged_list(a, b, data) -> None:
+    if not a and not b:
+        return
+    k = data.draw(st.integers(1, len(a) + len(b)))
+    assert kth_of_union(sorted(a), sorted(b), k) == sorted(a + b)[k - 1]
