@@ -68,3 +68,20 @@ def test_venn_reaches_the_optimum_and_random_does_not() -> None:
     assert min(random_delays) >= optimum
     assert float(np.mean(random_delays)) > optimum + 1.0
     assert run_policy("fifo", 0) > optimum  # the general job arrived first and takes all
+
+
+def test_venn_orders_a_group_by_remaining_job_work_venn_paper_by_the_round() -> None:
+    """Two jobs of one group: a long job with the smaller round, a short job with the
+    larger one. `venn` serves the job with less work left (average JCT); `venn-paper`
+    serves the smaller round, as Algorithm 1 does."""
+    long_job = JobSpec("long", Requirement.of(cpu=1), demand=2, rounds=50, deadline=1e9)
+    short_job = JobSpec("short", Requirement.of(cpu=1), demand=3, rounds=1, deadline=1e9)
+    first: dict[str, str | None] = {}
+    for name in ("venn", "venn-paper", "venn-sched", "srsf"):
+        sched = make_scheduler(name, seed=0)
+        for job in (long_job, short_job):
+            sched.add_job(job, 0.0)
+            sched.request_round(job.job_id, 0, 0.0)
+        a = sched.checkin(sched.slot_of(SLOW), 1.0, u=0.5, device_id="d1")
+        first[name] = None if a is None else a.job_id
+    assert first == {"venn": "short", "venn-sched": "short", "venn-paper": "long", "srsf": "long"}

@@ -27,6 +27,12 @@ POLICIES: dict[str, PolicySpec] = {
         PolicySpec("srsf", "smallest remaining demand of the current round", SrsfPolicy, False),
         PolicySpec("venn", "IRS scheduling + tier matching", IrsPolicy, True),
         PolicySpec("venn-sched", "IRS scheduling only (ablation)", IrsPolicy, False),
+        PolicySpec(
+            "venn-paper",
+            "IRS ordered by the round's remaining demand, as in the paper, + tier matching",
+            lambda: IrsPolicy("round"),
+            True,
+        ),
         PolicySpec("venn-match", "tier matching on FIFO (ablation)", FifoPolicy, True),
     )
 }

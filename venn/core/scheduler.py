@@ -48,6 +48,13 @@ def _splitmix(*parts: int) -> int:
     return x
 
 
+def job_work_weight(js: JobState) -> float:
+    """Multiplier that turns the open round's remaining demand into the job's remaining
+    work at plan time: the round's remaining devices plus every later round's demand."""
+    later = max(0, js.spec.rounds - js.rounds_done - 1) * js.demand
+    return (js.remaining + later) / js.remaining
+
+
 def _mean(values: deque[float]) -> float:
     """``float(np.mean(values))`` (the same sum and division), without its overhead."""
     return float(np.add.reduce(np.array(values, dtype=np.float64))) / len(values)
@@ -358,6 +365,13 @@ class Scheduler:
             for js, w in zip(states, weights, strict=True):
                 by_group.setdefault(js.group, []).append(w ** (1 / eps))
             scale = {g: group_queue_scale(r, eps) for g, r in by_group.items()}
+        if self.policy.work_horizon == "job" and states:
+            # The key becomes the job's remaining work, not its round's: weighting the
+            # round's remaining demand keeps the budget machinery of ordered policies.
+            work = [job_work_weight(js) for js in states]
+            weights = (
+                work if weights is None else [a * b for a, b in zip(weights, work, strict=True)]
+            )
         view = PolicyView(
             self.index.signature_matrix,
             self._supply_by_signature,

@@ -233,6 +233,7 @@ class Policy(Protocol):
     mode: Literal["first", "uniform"]
     ordering: Literal["idx", "key"]
     remaining_ordered: bool  # does order depend on remaining demand? (ordering == "key")
+    work_horizon: Literal["round", "job"]  # "job": keys weigh in the job's later rounds
     num_sections: int  # section ids in ``section_table`` are below this
 
     def replan(self, view: PolicyView) -> None:

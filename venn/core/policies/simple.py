@@ -16,6 +16,7 @@ class RandomPolicy:
     mode: Literal["first", "uniform"] = "uniform"
     ordering: Literal["idx", "key"] = "idx"
     remaining_ordered = False
+    work_horizon: Literal["round", "job"] = "round"
     num_sections = 1
 
     def replan(self, view: PolicyView) -> None:
@@ -35,6 +36,7 @@ class FifoPolicy:
     mode: Literal["first", "uniform"] = "first"
     ordering: Literal["idx", "key"] = "idx"  # idx is arrival order
     remaining_ordered = False
+    work_horizon: Literal["round", "job"] = "round"
     num_sections = 1
 
     def replan(self, view: PolicyView) -> None:
@@ -54,6 +56,7 @@ class SrsfPolicy:
     mode: Literal["first", "uniform"] = "first"
     ordering: Literal["idx", "key"] = "key"
     remaining_ordered = True
+    work_horizon: Literal["round", "job"] = "round"
     num_sections = 1
 
     def replan(self, view: PolicyView) -> None:

@@ -12,8 +12,16 @@ from venn.core.policies.base import PolicyView, Sections, sections_of
 
 class IrsPolicy:
     """Algorithm 1: each signature is owned by one group; within a group the job with the
-    smallest (fairness-weighted) remaining demand goes first; a device whose owner has no
-    open demand falls through to the other eligible jobs instead of idling."""
+    smallest (fairness-weighted) remaining work goes first; a device whose owner has no
+    open demand falls through to the other eligible jobs instead of idling.
+
+    ``work_horizon`` says what "remaining" counts: ``"round"`` is the paper's (the open
+    round's remaining demand), ``"job"`` (the default) the job's remaining work, the
+    open round's remaining demand plus its later rounds' demands, as a job declares them
+    at registration. Average JCT is a job-level objective: in a loaded fleet, ordering by
+    the round alone serves a 4,000-round job before a 100-round one with a slightly
+    larger round (docs/reproduction.md measures both).
+    """
 
     name = "venn-sched"
     mode: Literal["first", "uniform"] = "first"
@@ -21,7 +29,8 @@ class IrsPolicy:
     remaining_ordered = True
     num_sections = 2  # the owner group's jobs, then every other eligible job
 
-    def __init__(self) -> None:
+    def __init__(self, work_horizon: Literal["round", "job"] = "job") -> None:
+        self.work_horizon = work_horizon
         self.owner = np.zeros(0, dtype=np.int64)
         self._table: np.ndarray | None = None
 
