@@ -44,7 +44,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.scheduler import metrics
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.state import Rejected, SchedulerState
-from services.scheduler.transport import SchedulerApp
+from services.scheduler.transport import OutputProducer, SchedulerApp
 from venn import events as ev
 from venn.broker import topics
 from venn.settings import Settings
@@ -113,8 +113,6 @@ def create_app(
             topics.ASSIGNMENTS,
         )
     )
-    dead_letters = raw_topic(topics.DEAD_LETTERS)
-    replies = raw_topic(topics.REPLIES)
     owned: set[int] = set()
 
     def owned_partitions() -> set[int]:
@@ -131,13 +129,18 @@ def create_app(
             owned.update(now_owned)
             state.invalidate()
 
-    def publish(out: ev.Event) -> None:
+    def send(topic: str, key: bytes, value: bytes) -> None:
         # Buffered, not awaited: Faust flushes the producer before committing offsets, so
-        # this stays at-least-once without a round trip per event.
+        # this stays at-least-once without a round trip per event (see transport.py).
+        producer = app.producer
+        assert isinstance(producer, OutputProducer)
+        producer.send_output(topic, key, value)
+
+    def publish(out: ev.Event) -> None:
         if isinstance(out, ev.CheckinsDeclined):
-            replies.send_soon(key=out.reply_to.encode(), value=ev.encode(out))
+            send(topics.REPLIES, out.reply_to.encode(), ev.encode(out))
             return
-        assignments.send_soon(key=ev.key_of(out), value=ev.encode(out))
+        send(topics.ASSIGNMENTS, ev.key_of(out), ev.encode(out))
         if isinstance(out, ev.AssignmentBatch):
             metrics.ASSIGNMENTS.inc(len(out.assignments))
         else:
@@ -156,7 +159,7 @@ def create_app(
         )
         if item >= 0:  # one bad check-in of a batch: its own id, stable across replays
             letter = msgspec.structs.replace(letter, event_id=f"{letter.event_id}:{item}")
-        dead_letters.send_soon(key=letter.event_id.encode(), value=ev.encode(letter))
+        send(topics.DEAD_LETTERS, letter.event_id.encode(), ev.encode(letter))
         metrics.DEAD_LETTERS.labels(topic).inc()
 
     def salvage(raw: Any, topic: str, partition: int, offset: int, now: float) -> ev.Event | None:
