@@ -32,7 +32,7 @@ class GatewayConfig:
     fast_no: bool = True
     """Answer retry_after at once when no open round with remaining demand admits the
     device (the gateway's own view of venn.jobs/venn.rounds/venn.assignments)."""
-    linger_ms: int = 2
+    linger_ms: int = 5
     """How long check-ins are gathered into one batch event (and the producer's linger)."""
     fetch_wait_ms: int = 10
     """fetch_max_wait_ms of the assignments consumer: on Tansu an idle consumer sees new
