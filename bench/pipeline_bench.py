@@ -19,7 +19,8 @@ docs/bench/pipeline.json and the table + command into docs/performance.md (betwe
 3. Gateway (one `python -m services.gateway` process): an open-loop load generator in a
    separate process (`loadgen` subcommand: requests sent at fixed times, latency measured
    from the intended send time, so queueing is not hidden) at increasing rates until
-   saturation, then at half the saturation rate; bounded in count and time. Two paths:
+   saturation, then three times at half the saturation rate, each on a fresh broker and
+   stack; bounded in count and time. Two paths:
    "instant" (no open round admits the device: answered after the produce) and "assigned"
    (eligible devices, demand available: answered with the scheduler's assignment), the
    latter with the scheduler's default 10 ms consumer fetch wait and, as the baseline,
@@ -40,6 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -535,7 +537,12 @@ async def gateway_sweep(
     duration: float,
     demand: int,
     broker_pid: int | None,
+    fresh_stack: Callable[[], contextlib.AbstractAsyncContextManager[tuple[Any, int]]]
+    | None = None,
 ) -> dict[str, Any]:
+    """Steps at increasing rates until saturation, then the half-saturation rate three
+    times, each on a fresh broker and stack when ``fresh_stack`` is given (the sweep's
+    messages stay in Tansu's memory and slow it down; see run_bench)."""
     steps: list[Step] = []
     await settle(stack, broker_pid)
     for rate in rates:
@@ -557,10 +564,21 @@ async def gateway_sweep(
         # of another tenant's work.
         repeats = []
         for _ in range(HALF_REPEATS):
-            await settle(stack, broker_pid)
-            repeats.append(
-                await gateway_step(stack, mode, round(saturation / 2), duration, demand, broker_pid)
-            )
+            if fresh_stack is None:
+                await settle(stack, broker_pid)
+                repeats.append(
+                    await gateway_step(
+                        stack, mode, round(saturation / 2), duration, demand, broker_pid
+                    )
+                )
+                continue
+            async with fresh_stack() as (half_stack, half_pid):
+                await settle(half_stack, half_pid)
+                repeats.append(
+                    await gateway_step(
+                        half_stack, mode, round(saturation / 2), duration, demand, half_pid
+                    )
+                )
         repeats.sort(key=lambda s: s.result["p99_ms"])
         half_step = repeats[len(repeats) // 2]
         p99s = [s.result["p99_ms"] for s in repeats]
@@ -806,7 +824,7 @@ class Plan:
 
 
 FULL = Plan(50_000, 200_000, 5_000, 50_000, [200, 400, 600, 800, 1000, 1200, 1600, 2400],
-            [50, 100, 150, 200, 300, 400, 600, 800], 5.0, True)  # fmt: skip
+            [50, 100, 150, 200, 300, 400, 600, 800, 1200, 1600], 5.0, True)  # fmt: skip
 QUICK = Plan(20_000, 50_000, 2_000, 20_000, [200, 800, 1600], [50, 200, 400], 3.0, False)
 
 DEMAND = 250
@@ -852,24 +870,39 @@ async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
         ("pipeline", "4. pipeline", None),
         ("assigned_fetch1500", "5. gateway sweep, Faust's own fetch wait", FAUST_FETCH_WAIT_MS),
     ]
+
+    def stack_factory(
+        name: str, fetch_wait: int | None
+    ) -> Callable[[], contextlib.AbstractAsyncContextManager[tuple[Any, int]]]:
+        runs = iter(range(1_000))
+
+        @contextlib.asynccontextmanager
+        async def fresh() -> AsyncIterator[tuple[Any, int]]:
+            tag = f"{name}-{next(runs)}"
+            with EmbeddedBroker(log_path=workdir / f"broker-{tag}.log") as broker:
+                extra = {} if fetch_wait is None else {"scheduler_fetch_wait_ms": fetch_wait}
+                config = StackConfig(run_dir=workdir / tag, broker=broker.bootstrap,
+                                     coordinators=False, wait_s=WAIT_S, **extra)  # fmt: skip
+                async with LoadStack(config) as stack:
+                    yield stack, broker.pid
+
+        return fresh
+
     for name, title, fetch_wait in phases:
         print(title, flush=True)
-        with EmbeddedBroker(log_path=workdir / f"broker-{name}.log") as broker:
-            extra = {} if fetch_wait is None else {"scheduler_fetch_wait_ms": fetch_wait}
-            config = StackConfig(run_dir=workdir / name, broker=broker.bootstrap,
-                                 coordinators=False, wait_s=WAIT_S, **extra)  # fmt: skip
-            async with LoadStack(config) as stack:
-                if name == "pipeline":
-                    await settle(stack, broker.pid)
-                    result["pipeline"] = await pipeline_rates(
-                        stack, plan.pipeline_n, plan.pipeline_batched_n, DEMAND, 300
-                    )
-                    continue
-                mode = "instant" if name == "instant" else "assigned"
-                rates = plan.instant_rates if mode == "instant" else plan.assigned_rates
-                result["gateway"][name] = await gateway_sweep(
-                    stack, mode, rates, plan.step_s, DEMAND, broker.pid
+        fresh = stack_factory(name, fetch_wait)
+        async with fresh() as (stack, broker_pid):
+            if name == "pipeline":
+                await settle(stack, broker_pid)
+                result["pipeline"] = await pipeline_rates(
+                    stack, plan.pipeline_n, plan.pipeline_batched_n, DEMAND, 300
                 )
+                continue
+            mode = "instant" if name == "instant" else "assigned"
+            rates = plan.instant_rates if mode == "instant" else plan.assigned_rates
+            result["gateway"][name] = await gateway_sweep(
+                stack, mode, rates, plan.step_s, DEMAND, broker_pid, fresh
+            )
     busy1, own1 = machine_busy_s(), own_cpu_s()
     if plan.profile:
         print("6. profiles (pyinstrument; rates under the profiler are not reported)", flush=True)
