@@ -94,20 +94,36 @@ def checkin_rate(policy: str, n: int = 50_000) -> tuple[float, float]:
 def main() -> None:
     results: dict[str, object] = {"plan": [], "checkin_per_s": {}}
     table = Table(title="Plan recompute (ms per plan event)")
-    for col in ("jobs", "groups", "IRS plan only", "venn plan+compile", "fifo compile (baseline)"):
+    for col in (
+        "jobs",
+        "groups",
+        "IRS plan only",
+        "venn plan+compile",
+        "venn-paper (round order)",
+        "fifo compile (baseline)",
+    ):
         table.add_column(col, justify="right")
     for jobs, groups in ((100, 10), (100, 100), (1000, 10), (1000, 100)):
         venn = plan_time("venn-sched", jobs, groups)
+        paper = plan_time("venn-paper", jobs, groups)
         fifo = plan_time("fifo", jobs, groups)
         irs = irs_only(jobs, groups)
         results["plan"].append(
-            {"jobs": jobs, "groups": groups, "irs_ms": irs, "venn": venn, "fifo": fifo}
+            {
+                "jobs": jobs,
+                "groups": groups,
+                "irs_ms": irs,
+                "venn": venn,
+                "venn_paper": paper,
+                "fifo": fifo,
+            }
         )
         table.add_row(
             str(jobs),
             str(groups),
             f"{irs:.3f}",
             f"{venn['plan_and_compile_ms']:.2f}",
+            f"{paper['plan_and_compile_ms']:.2f}",
             f"{fifo['plan_and_compile_ms']:.2f}",
         )
     Console().print(table)

@@ -48,13 +48,6 @@ def _splitmix(*parts: int) -> int:
     return x
 
 
-def job_work_weight(js: JobState) -> float:
-    """Multiplier that turns the open round's remaining demand into the job's remaining
-    work at plan time: the round's remaining devices plus every later round's demand."""
-    later = max(0, js.spec.rounds - js.rounds_done - 1) * js.demand
-    return (js.remaining + later) / js.remaining
-
-
 def _mean(values: deque[float]) -> float:
     """``float(np.mean(values))`` (the same sum and division), without its overhead."""
     return float(np.add.reduce(np.array(values, dtype=np.float64))) / len(values)
@@ -368,7 +361,11 @@ class Scheduler:
         if self.policy.work_horizon == "job" and states:
             # The key becomes the job's remaining work, not its round's: weighting the
             # round's remaining demand keeps the budget machinery of ordered policies.
-            work = [job_work_weight(js) for js in states]
+            # An open round belongs to an unfinished job: rounds - rounds_done - 1 >= 0.
+            work = [
+                (js.remaining + (js.spec.rounds - js.rounds_done - 1) * js.demand) / js.remaining
+                for js in states
+            ]
             weights = (
                 work if weights is None else [a * b for a, b in zip(weights, work, strict=True)]
             )
