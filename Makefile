@@ -18,6 +18,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	scripts/ensure-postgres.sh
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
