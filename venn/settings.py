@@ -52,7 +52,8 @@ class Settings:
     policy: str = _env(
         "VENN_POLICY",
         "venn",
-        "Scheduling policy: random, fifo, srsf, venn, venn-sched, venn-paper, venn-match.",
+        "Scheduling policy: random, random-order, fifo, srsf, venn, venn-sched, venn-paper, "
+        "venn-match.",
     )
     seed: int = _env("VENN_SEED", 0, "Seed of the scheduler's deterministic random draws.")
     scheduler_web_port: int = _env(

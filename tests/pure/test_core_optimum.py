@@ -85,3 +85,23 @@ def test_venn_orders_a_group_by_remaining_job_work_venn_paper_by_the_round() -> 
         a = sched.checkin(sched.slot_of(SLOW), 1.0, u=0.5, device_id="d1")
         first[name] = None if a is None else a.job_id
     assert first == {"venn": "short", "venn-sched": "short", "venn-paper": "long", "srsf": "long"}
+
+
+def test_random_order_serves_one_job_until_its_round_fills() -> None:
+    """`random-order` (the reference driver's random baseline) keeps a drawn job until its
+    demand is met; `random` spreads devices over the jobs."""
+    jobs = [
+        JobSpec(f"j{i}", Requirement.of(cpu=1), demand=4, rounds=3, deadline=1e9) for i in range(3)
+    ]
+    for seed in range(5):
+        sched = make_scheduler("random-order", seed=seed)
+        for job in jobs:
+            sched.add_job(job, 0.0)
+            sched.request_round(job.job_id, 0, 0.0)
+        owners = []
+        for t in range(12):
+            a = sched.checkin(sched.slot_of(SLOW), float(t), u=0.5, device_id=f"d{t}")
+            owners.append(None if a is None else a.job_id)
+        # Three runs of four devices each: whole rounds, one job after another.
+        assert [owners[i : i + 4].count(owners[i]) for i in (0, 4, 8)] == [4, 4, 4], owners
+        assert len(set(owners)) == 3

@@ -49,7 +49,7 @@ def fingerprint(r) -> list:
     ]
 
 
-@pytest.mark.parametrize("policy", ["random", "fifo", "srsf", "venn", "venn-match"])
+@pytest.mark.parametrize("policy", ["random", "random-order", "fifo", "srsf", "venn", "venn-match"])
 def test_fast_mode_equals_event_mode(policy: str) -> None:
     fast, event = run(policy, "fast"), run(policy, "event")
     assert fast.assignments == event.assignments > 0

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from venn.core.matching import REFERENCE_CUTOFFS, TierModel
-from venn.core.policies import FifoPolicy, IrsPolicy, RandomPolicy, SrsfPolicy
+from venn.core.policies import FifoPolicy, IrsPolicy, RandomOrderPolicy, RandomPolicy, SrsfPolicy
 from venn.core.policies.base import Policy
 from venn.core.scheduler import Scheduler
 
@@ -23,6 +23,12 @@ POLICIES: dict[str, PolicySpec] = {
     spec.name: spec
     for spec in (
         PolicySpec("random", "random eligible job with open demand", RandomPolicy, False),
+        PolicySpec(
+            "random-order",
+            "random priority per round request, kept until the round fills (reference driver)",
+            RandomOrderPolicy,
+            False,
+        ),
         PolicySpec("fifo", "earliest-arrived eligible job", FifoPolicy, False),
         PolicySpec("srsf", "smallest remaining demand of the current round", SrsfPolicy, False),
         PolicySpec("venn", "IRS scheduling + tier matching", IrsPolicy, True),

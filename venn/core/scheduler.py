@@ -358,14 +358,24 @@ class Scheduler:
             for js, w in zip(states, weights, strict=True):
                 by_group.setdefault(js.group, []).append(w ** (1 / eps))
             scale = {g: group_queue_scale(r, eps) for g, r in by_group.items()}
-        if self.policy.work_horizon == "job" and states:
-            # The key becomes the job's remaining work, not its round's: weighting the
-            # round's remaining demand keeps the budget machinery of ordered policies.
-            # An open round belongs to an unfinished job: rounds - rounds_done - 1 >= 0.
-            work = [
-                (js.remaining + (js.spec.rounds - js.rounds_done - 1) * js.demand) / js.remaining
-                for js in states
-            ]
+        key = self.policy.queue_key
+        if key != "round" and states:
+            # Keys other than the round's remaining demand are that demand times a weight
+            # fixed at each plan recompute, so the budget machinery of ordered policies
+            # applies unchanged.
+            if key == "job":  # an open round belongs to an unfinished job
+                work = [
+                    (js.remaining + (js.spec.rounds - js.rounds_done - 1) * js.demand)
+                    / js.remaining
+                    for js in states
+                ]
+            else:  # "random": a priority in (0, 1] per round attempt
+                work = [
+                    ((_splitmix(self.seed, js.idx, js.attempts, 1) >> 11) + 1)
+                    / 2.0**53
+                    / js.remaining
+                    for js in states
+                ]
             weights = (
                 work if weights is None else [a * b for a, b in zip(weights, work, strict=True)]
             )

@@ -1,7 +1,7 @@
 """Scheduling policies behind one interface (see ``base.Policy``)."""
 
 from venn.core.policies.base import OpenJob, Policy, PolicyView
-from venn.core.policies.simple import FifoPolicy, RandomPolicy, SrsfPolicy
+from venn.core.policies.simple import FifoPolicy, RandomOrderPolicy, RandomPolicy, SrsfPolicy
 from venn.core.policies.venn import IrsPolicy
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "OpenJob",
     "Policy",
     "PolicyView",
+    "RandomOrderPolicy",
     "RandomPolicy",
     "SrsfPolicy",
 ]

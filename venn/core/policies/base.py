@@ -223,6 +223,8 @@ class PolicyView:
         )
 
 
+QueueKey = Literal["round", "job", "random"]
+
 Sections = list[list[OpenJob]]
 """Ordered candidate sections of one signature; order inside a section may change as
 remaining demands shrink, order between sections may not."""
@@ -233,7 +235,10 @@ class Policy(Protocol):
     mode: Literal["first", "uniform"]
     ordering: Literal["idx", "key"]
     remaining_ordered: bool  # does order depend on remaining demand? (ordering == "key")
-    work_horizon: Literal["round", "job"]  # "job": keys weigh in the job's later rounds
+    # What an ordered policy's key counts: the open round's remaining demand ("round"),
+    # the job's remaining work ("job": later rounds too), or a random priority drawn per
+    # round attempt ("random": the job keeps it until that round fills or closes).
+    queue_key: QueueKey
     num_sections: int  # section ids in ``section_table`` are below this
 
     def replan(self, view: PolicyView) -> None:

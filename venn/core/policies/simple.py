@@ -1,4 +1,5 @@
-"""The paper's baselines (venn-paper.md §5): Random, FIFO and SRSF."""
+"""The paper's baselines (venn-paper.md §5): Random, FIFO and SRSF, and the reference
+driver's random-order baseline."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from venn.core.policies.base import PolicyView, Sections, sections_of
+from venn.core.policies.base import PolicyView, QueueKey, Sections, sections_of
 
 
 class RandomPolicy:
@@ -16,7 +17,7 @@ class RandomPolicy:
     mode: Literal["first", "uniform"] = "uniform"
     ordering: Literal["idx", "key"] = "idx"
     remaining_ordered = False
-    work_horizon: Literal["round", "job"] = "round"
+    queue_key: QueueKey = "round"
     num_sections = 1
 
     def replan(self, view: PolicyView) -> None:
@@ -36,7 +37,7 @@ class FifoPolicy:
     mode: Literal["first", "uniform"] = "first"
     ordering: Literal["idx", "key"] = "idx"  # idx is arrival order
     remaining_ordered = False
-    work_horizon: Literal["round", "job"] = "round"
+    queue_key: QueueKey = "round"
     num_sections = 1
 
     def replan(self, view: PolicyView) -> None:
@@ -56,7 +57,31 @@ class SrsfPolicy:
     mode: Literal["first", "uniform"] = "first"
     ordering: Literal["idx", "key"] = "key"
     remaining_ordered = True
-    work_horizon: Literal["round", "job"] = "round"
+    queue_key: QueueKey = "round"
+    num_sections = 1
+
+    def replan(self, view: PolicyView) -> None:
+        return None
+
+    def section_table(self, view: PolicyView) -> np.ndarray | None:
+        return None
+
+    def sections(self, view: PolicyView, signature: int) -> Sections:
+        return sections_of(self, view, signature)
+
+
+class RandomOrderPolicy:
+    """The reference repository's random baseline (`RandomOrderScheduler` in its driver
+    script): each round request draws a random priority, and a device goes to the
+    eligible job with the best one, which keeps it until its round fills or closes.
+    Unlike ``random`` it concentrates devices on one job at a time, so it cannot livelock.
+    """
+
+    name = "random-order"
+    mode: Literal["first", "uniform"] = "first"
+    ordering: Literal["idx", "key"] = "key"
+    remaining_ordered = True
+    queue_key: QueueKey = "random"
     num_sections = 1
 
     def replan(self, view: PolicyView) -> None:

@@ -7,7 +7,7 @@ from typing import Literal
 import numpy as np
 
 from venn.core.irs import irs_plan_grouped
-from venn.core.policies.base import PolicyView, Sections, sections_of
+from venn.core.policies.base import PolicyView, QueueKey, Sections, sections_of
 
 
 class IrsPolicy:
@@ -15,7 +15,7 @@ class IrsPolicy:
     smallest (fairness-weighted) remaining work goes first; a device whose owner has no
     open demand falls through to the other eligible jobs instead of idling.
 
-    ``work_horizon`` says what "remaining" counts: ``"round"`` is the paper's (the open
+    ``queue_key`` says what "remaining" counts: ``"round"`` is the paper's (the open
     round's remaining demand), ``"job"`` (the default) the job's remaining work, the
     open round's remaining demand plus its later rounds' demands, as a job declares them
     at registration. Average JCT is a job-level objective: in a loaded fleet, ordering by
@@ -29,8 +29,8 @@ class IrsPolicy:
     remaining_ordered = True
     num_sections = 2  # the owner group's jobs, then every other eligible job
 
-    def __init__(self, work_horizon: Literal["round", "job"] = "job") -> None:
-        self.work_horizon = work_horizon
+    def __init__(self, queue_key: Literal["round", "job"] = "job") -> None:
+        self.queue_key: QueueKey = queue_key
         self.owner = np.zeros(0, dtype=np.int64)
         self._table: np.ndarray | None = None
 
