@@ -43,7 +43,16 @@ from venn.traces.checkins import CheckinSource
 from venn.workloads import TIER_NAMES, load_workload
 
 TABLE1_WORKLOADS = ("even", "small", "large", "low", "high")
-POLICY_ORDER = ("random", "fifo", "srsf", "venn-sched", "venn-match", "venn-paper", "venn")
+POLICY_ORDER = (
+    "random",
+    "random-order",
+    "fifo",
+    "srsf",
+    "venn-sched",
+    "venn-match",
+    "venn-paper",
+    "venn",
+)
 ISOLATED = "isolated"  # pseudo-policy: every job alone (the lower bound)
 _PAPER_TABLE1: dict[str, dict[str, float]] = {
     "even": {"fifo": 1.38, "srsf": 1.69, "venn": 1.87},
