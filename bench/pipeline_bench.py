@@ -1,7 +1,7 @@
 """Pipeline benchmark: raw broker rates, scheduler check-in -> assignment rate, and the
 gateway's HTTP check-in rate and latency at increasing load, in one run.
 
-    .venv/bin/python bench/pipeline_bench.py            # full run, about 4 minutes
+    .venv/bin/python bench/pipeline_bench.py            # full run, about 7 minutes
     .venv/bin/python bench/pipeline_bench.py --quick    # fewer steps, smaller counts
 
 Everything runs on loopback against a private Tansu broker. Prints a table, writes
