@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -564,15 +565,8 @@ async def gateway_sweep(
         # of another tenant's work.
         repeats = []
         for _ in range(HALF_REPEATS):
-            if fresh_stack is None:
-                await settle(stack, broker_pid)
-                repeats.append(
-                    await gateway_step(
-                        stack, mode, round(saturation / 2), duration, demand, broker_pid
-                    )
-                )
-                continue
-            async with fresh_stack() as (half_stack, half_pid):
+            ctx = fresh_stack() if fresh_stack else contextlib.nullcontext((stack, broker_pid))
+            async with ctx as (half_stack, half_pid):
                 await settle(half_stack, half_pid)
                 repeats.append(
                     await gateway_step(
@@ -874,7 +868,7 @@ async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
     def stack_factory(
         name: str, fetch_wait: int | None
     ) -> Callable[[], contextlib.AbstractAsyncContextManager[tuple[Any, int]]]:
-        runs = iter(range(1_000))
+        runs = itertools.count()
 
         @contextlib.asynccontextmanager
         async def fresh() -> AsyncIterator[tuple[Any, int]]:
