@@ -17,6 +17,7 @@ class PolicySpec:
     description: str
     make_policy: Callable[[], Policy]
     matching: bool
+    restrict_contested: bool = False  # True: Algorithm 2 as the paper states it
 
 
 POLICIES: dict[str, PolicySpec] = {
@@ -31,13 +32,19 @@ POLICIES: dict[str, PolicySpec] = {
         ),
         PolicySpec("fifo", "earliest-arrived eligible job", FifoPolicy, False),
         PolicySpec("srsf", "smallest remaining demand of the current round", SrsfPolicy, False),
-        PolicySpec("venn", "IRS scheduling + tier matching", IrsPolicy, True),
+        PolicySpec(
+            "venn",
+            "IRS scheduling + tier matching of rounds no other open job competes with",
+            IrsPolicy,
+            True,
+        ),
         PolicySpec("venn-sched", "IRS scheduling only (ablation)", IrsPolicy, False),
         PolicySpec(
             "venn-paper",
-            "IRS ordered by the round's remaining demand, as in the paper, + tier matching",
+            "the paper's Algorithms 1 and 2: IRS by the round's remaining demand + tier matching",
             lambda: IrsPolicy("round"),
             True,
+            restrict_contested=True,
         ),
         PolicySpec("venn-match", "tier matching on FIFO (ablation)", FifoPolicy, True),
     )
@@ -73,4 +80,5 @@ def make_scheduler(
         supply_window=supply_window,
         seed=seed,
         track_devices=track_devices,
+        restrict_contested=spec.restrict_contested,
     )

@@ -82,7 +82,17 @@ class JobState:
 
 
 class Scheduler:
-    """Applies one policy, optionally with tier matching and epsilon fairness."""
+    """Applies one policy, optionally with tier matching and epsilon fairness.
+
+    ``restrict_contested`` says when matching may restrict a round to a capacity tier.
+    True is Algorithm 2 as the paper states it: whenever the job's own test passes.
+    False (Venn's default) adds a condition: no other job with open demand may be
+    eligible for the devices the round passes over, and a restriction lifts at the first
+    plan recompute where such a job appears. A restricted round hands the slower tiers
+    to its competitors while it fills more slowly; on the contended Table 1 workloads
+    their loss outweighs its gain (docs/reproduction.md, "Tier matching under
+    contention"), while devices nobody else wants cost nobody anything.
+    """
 
     def __init__(
         self,
@@ -93,9 +103,13 @@ class Scheduler:
         supply_window: int = 1000,
         seed: int = 0,
         track_devices: bool = True,
+        restrict_contested: bool = False,
     ) -> None:
         self.policy = policy
         self.tiers = tiers
+        self.restrict_contested = restrict_contested
+        self._overlap = np.zeros((0, 0), dtype=bool)  # groups sharing a signature
+        self._overlap_of: np.ndarray | None = None
         self.fairness_eps = fairness_eps
         self.seed = seed
         self.track_devices = track_devices
@@ -235,7 +249,26 @@ class Scheduler:
             # v + g*c >= v >= 1 + c): skip computing it.
             return None
         g = self.tails.tail_ratio(u, self.tiers.prior_tail_ratio)
-        return u if should_restrict(v, g, resp, sched) else None
+        if not should_restrict(v, g, resp, sched):
+            return None
+        if not self.restrict_contested and self._contested(js, self._open_states()):
+            return None
+        return u
+
+    def _contested(self, js: JobState, states: Sequence[JobState]) -> bool:
+        """Whether another job with open demand shares a signature with ``js``."""
+        sig_matrix = self.index.signature_matrix  # a new array whenever the index changes
+        if self._overlap_of is not sig_matrix:
+            m = sig_matrix.astype(np.int64)
+            self._overlap = (m.T @ m) > 0
+            self._overlap_of = sig_matrix
+        row = self._overlap[js.group]
+        return any(other is not js and row[other.group] for other in states)
+
+    def _lift_contested_restrictions(self, states: Sequence[JobState]) -> None:
+        for js in states:
+            if js.tier is not None and self._contested(js, states):
+                js.tier = None
 
     # -- check-ins -------------------------------------------------------------------
     def slot_of(self, attrs: Mapping[str, float]) -> int:
@@ -347,6 +380,8 @@ class Scheduler:
     def _build_view(self, now: float) -> tuple[PolicyView, Sequence[int | None]]:
         """The policy's view of the open jobs, and each one's tier restriction (or None)."""
         states = self._open_states()
+        if not self.restrict_contested:
+            self._lift_contested_restrictions(states)
         tiers = [js.tier for js in states]
         weights = None
         scale: dict[int, float] = {}
