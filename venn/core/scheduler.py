@@ -377,11 +377,12 @@ class Scheduler:
         counts = np.bincount(sigs, minlength=self.index.num_signatures)
         return counts.astype(np.float64)
 
-    def _build_view(self, now: float) -> tuple[PolicyView, Sequence[int | None]]:
+    def _build_view(
+        self, now: float, states: list[JobState] | None = None
+    ) -> tuple[PolicyView, Sequence[int | None]]:
         """The policy's view of the open jobs, and each one's tier restriction (or None)."""
-        states = self._open_states()
-        if not self.restrict_contested:
-            self._lift_contested_restrictions(states)
+        if states is None:
+            states = self._open_states()
         tiers = [js.tier for js in states]
         weights = None
         scale: dict[int, float] = {}
@@ -430,7 +431,10 @@ class Scheduler:
         return self._build_view(now)[0]
 
     def _compile(self, now: float) -> None:
-        view, tiers = self._build_view(now)
+        states = self._open_states()
+        if not self.restrict_contested:
+            self._lift_contested_restrictions(states)
+        view, tiers = self._build_view(now, states)
         policy = self.policy
         if self._replan:
             policy.replan(view)
