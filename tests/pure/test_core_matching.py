@@ -12,12 +12,13 @@ from venn.core.matching import TierModel
 from venn.core.scheduler import Scheduler
 
 DEVICE = {"cpu_f": 8.0}
+TOP_DEVICE = {"cpu_f": 10.0}  # also eligible for the cpu >= 9 jobs
 TIERS = TierModel((60.0,), prior_tail_ratio=(0.3, 1.7))
 FAST, SLOW = 0, 1
 
 
-def job(job_id: str, demand: int = 1) -> JobSpec:
-    return JobSpec(job_id, Requirement.of(cpu=1), demand=demand, rounds=1000, deadline=1e9)
+def job(job_id: str, demand: int = 1, cpu: float = 1) -> JobSpec:
+    return JobSpec(job_id, Requirement.of(cpu=cpu), demand=demand, rounds=1000, deadline=1e9)
 
 
 def scheduler(policy: str) -> Scheduler:
@@ -36,15 +37,18 @@ def run_round(sched: Scheduler, job_id: str, index: int, t: float) -> float:
 
 
 def restricted_rounds(sched: Scheduler, job_id: str, rounds: int) -> list[int]:
-    """Indexes of the rounds (after a first, profiling one) restricted to a tier."""
+    """Indexes of the rounds (after a first, profiling one) restricted to a tier when
+    requested and still restricted once filled."""
     t = run_round(sched, job_id, 0, 0.0)
     out = []
     for i in range(1, rounds + 1):
         sched.request_round(job_id, i, t)
+        requested = sched.jobs[job_id].tier
         sched.checkin(sched.slot_of(DEVICE), t + 1, tier=FAST, u=0.5, device_id=f"d{i}")
-        tier = sched.jobs[job_id].tier
-        if tier is not None:
-            assert tier == FAST
+        filled = sched.jobs[job_id].tier
+        assert filled in (requested, None)
+        if requested is not None:
+            assert requested == FAST
             out.append(i)
         sched.close_round(job_id, i, t + 101, succeeded=True)
         t += 102
@@ -65,8 +69,35 @@ def test_venn_does_not_restrict_a_round_another_open_job_competes_with() -> None
         s.add_job(job("a"), 0.0)
         s.add_job(job("b", demand=10**6), 0.0)
         s.request_round("b", 0, 0.0)  # b's round stays open for the whole test
-    assert restricted_rounds(sched, "a", 12) == []
+    assert restricted_rounds(sched, "a", 12) == []  # not even at the request
     assert restricted_rounds(paper, "a", 12) != []
+
+
+def test_only_jobs_eligible_for_the_same_devices_compete() -> None:
+    hits = {}
+    for policy in ("venn", "venn-paper"):
+        sched = scheduler(policy)
+        sched.add_job(job("a"), 0.0)
+        sched.add_job(job("c", demand=10**6, cpu=9), 0.0)  # no device seen so far suits c
+        sched.request_round("c", 0, 0.0)
+        before = restricted_rounds(sched, "a", 12)
+        # A device that suits both appears: a's signatures now overlap c's group.
+        t = 13 * 102.0
+        top = sched.checkin(sched.slot_of(TOP_DEVICE), t, tier=FAST, u=0.5, device_id="top")
+        assert top is not None and top.job_id == "c"
+        after = []
+        for i in range(13, 25):
+            sched.request_round("a", i, t + 1)
+            if sched.jobs["a"].tier is not None:
+                after.append(i)
+            a = sched.checkin(sched.slot_of(DEVICE), t + 2, tier=FAST, u=0.5, device_id=f"e{i}")
+            assert a is not None and a.job_id == "a"
+            sched.close_round("a", i, t + 102, succeeded=True)
+            t += 102
+        hits[policy] = (before, after)
+    assert hits["venn"][0] != []  # c could not use a's devices: no competition
+    assert hits["venn"][1] == []  # now it can
+    assert hits["venn-paper"][1] != []  # the same rounds pass the job's own test
 
 
 def test_a_restriction_lifts_when_a_competitor_opens_a_round() -> None:
@@ -86,7 +117,10 @@ def test_a_restriction_lifts_when_a_competitor_opens_a_round() -> None:
     # a is restricted and still needs one device: a slow one goes nowhere.
     assert sched.checkin(sched.slot_of(DEVICE), t + 2, tier=SLOW, u=0.5, device_id="s1") is None
     sched.request_round("b", 0, t + 3)
-    # b now competes: the restriction lifts and slow devices are served again.
-    a = sched.checkin(sched.slot_of(DEVICE), t + 4, tier=SLOW, u=0.5, device_id="s2")
-    assert a is not None
+    # b now competes: the restriction lifts and slow devices are served again (the
+    # first to b, whose job has less work left, the next to a).
+    first = sched.checkin(sched.slot_of(DEVICE), t + 4, tier=SLOW, u=0.5, device_id="s2")
+    assert first is not None and first.job_id == "b"
     assert sched.jobs["a"].tier is None
+    second = sched.checkin(sched.slot_of(DEVICE), t + 5, tier=SLOW, u=0.5, device_id="s3")
+    assert second is not None and second.job_id == "a"

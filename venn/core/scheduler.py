@@ -266,6 +266,8 @@ class Scheduler:
         return any(other is not js and row[other.group] for other in states)
 
     def _lift_contested_restrictions(self, states: Sequence[JobState]) -> None:
+        """Drop the tier restriction of every open round that another open job contests
+        (for the rest of the round: a later request decides afresh)."""
         for js in states:
             if js.tier is not None and self._contested(js, states):
                 js.tier = None
@@ -432,7 +434,8 @@ class Scheduler:
 
     def _compile(self, now: float) -> None:
         states = self._open_states()
-        if not self.restrict_contested:
+        if self._replan and not self.restrict_contested:
+            # Competitors appear only with plan events (a round request, a new signature).
             self._lift_contested_restrictions(states)
         view, tiers = self._build_view(now, states)
         policy = self.policy
