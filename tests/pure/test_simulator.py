@@ -56,6 +56,24 @@ def test_fast_mode_equals_event_mode(policy: str) -> None:
     assert fingerprint(fast) == fingerprint(event)
 
 
+@pytest.mark.parametrize("policy", ["venn", "venn-paper"])
+def test_fast_equals_event_when_rounds_are_restricted_and_lifted(policy: str) -> None:
+    wl = load_workload("low", jobs=6)
+    jobs = [dataclasses.replace(j, rounds=max(2, j.rounds // 100)) for j in wl.jobs]
+    tiers = tier_model(SyntheticTrace(seed=wl.seed, horizon_s=86_400.0), 3)
+    runs = []
+    for mode in ("fast", "event"):
+        cfg = SimConfig(policy=policy, seed=wl.seed, mode=mode, horizon_s=wl.horizon_s)
+        source = SyntheticTrace(seed=wl.seed, horizon_s=wl.horizon_s)
+        sim = Simulation(jobs, source, load_device_profiles(), cfg, tiers)
+        runs.append((sim.run(), sim.sched.restricted, sim.sched.lifted))
+    (fast, restricted, lifted), (event, *counts) = runs
+    assert restricted > 0 and counts == [restricted, lifted]
+    if policy == "venn":
+        assert lifted > 0
+    assert fingerprint(fast) == fingerprint(event)
+
+
 def test_fast_equals_event_with_fairness() -> None:
     assert fingerprint(run("venn", "fast", eps=2.0)) == fingerprint(run("venn", "event", eps=2.0))
 

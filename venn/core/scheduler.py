@@ -125,6 +125,8 @@ class Scheduler:
         self._bits_cache: _RowSections | None = None
         self.compiles = 0
         self.replans = 0
+        self.restricted = 0  # rounds restricted to a tier at their request
+        self.lifted = 0  # of those, restrictions lifted because a competitor appeared
 
     # -- jobs and rounds -------------------------------------------------------------
     @property
@@ -157,6 +159,7 @@ class Scheduler:
         js.requested_at = now
         js.filled_at = None
         js.tier = self._matching_tier(js)
+        self.restricted += js.tier is not None
         self._mark(replan=True)
         return True
 
@@ -271,6 +274,7 @@ class Scheduler:
         for js in states:
             if js.tier is not None and self._contested(js, states):
                 js.tier = None
+                self.lifted += 1
 
     # -- check-ins -------------------------------------------------------------------
     def slot_of(self, attrs: Mapping[str, float]) -> int:

@@ -73,6 +73,8 @@ class SimRun:
     end_time: float
     compiles: int
     replans: int
+    rounds_restricted: int = 0  # rounds restricted to a capacity tier at their request
+    restrictions_lifted: int = 0
 
 
 class Simulation:
@@ -200,6 +202,8 @@ class Simulation:
             self.now,
             self.sched.compiles,
             self.sched.replans,
+            self.sched.restricted,
+            self.sched.lifted,
         )
 
     def _prepare(self, b: CheckinBatch, offset: int) -> _Prepared:

@@ -122,6 +122,8 @@ def summarise(
         "checkins": run.checkins,
         "assignments": run.assignments,
         "plan_recomputes": run.replans,
+        "rounds_restricted": run.rounds_restricted,
+        "restrictions_lifted": run.restrictions_lifted,
         "per_tier": per_tier,
         "per_size": per_size,
     }
