@@ -92,7 +92,14 @@ def checkin_rate(policy: str, n: int = 50_000) -> tuple[float, float]:
 
 
 def main() -> None:
-    results: dict[str, object] = {"plan": [], "checkin_per_s": {}}
+    plans: list[dict[str, object]] = []
+    rates_by_policy: dict[str, float] = {}
+    compiles_by_policy: dict[str, float] = {}
+    results: dict[str, object] = {
+        "plan": plans,
+        "checkin_per_s": rates_by_policy,
+        "compiles_per_1000_checkins": compiles_by_policy,
+    }
     table = Table(title="Plan recompute (ms per plan event)")
     for col in (
         "jobs",
@@ -108,7 +115,7 @@ def main() -> None:
         paper = plan_time("venn-paper", jobs, groups)
         fifo = plan_time("fifo", jobs, groups)
         irs = irs_only(jobs, groups)
-        results["plan"].append(
+        plans.append(
             {
                 "jobs": jobs,
                 "groups": groups,
@@ -131,11 +138,10 @@ def main() -> None:
     rates.add_column("policy")
     rates.add_column("decisions/s", justify="right")
     rates.add_column("compiles per 1000 check-ins", justify="right")
-    results["compiles_per_1000_checkins"] = {}
     for policy in ("random", "fifo", "srsf", "venn"):
         r, c = checkin_rate(policy)
-        results["checkin_per_s"][policy] = r
-        results["compiles_per_1000_checkins"][policy] = c
+        rates_by_policy[policy] = r
+        compiles_by_policy[policy] = c
         rates.add_row(policy, f"{r:,.0f}", f"{c:.1f}")
     Console().print(rates)
     OUT.parent.mkdir(parents=True, exist_ok=True)

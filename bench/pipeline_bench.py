@@ -874,11 +874,15 @@ async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
         async def fresh() -> AsyncIterator[tuple[Any, int]]:
             tag = f"{name}-{next(runs)}"
             with EmbeddedBroker(log_path=workdir / f"broker-{tag}.log") as broker:
-                extra = {} if fetch_wait is None else {"scheduler_fetch_wait_ms": fetch_wait}
-                config = StackConfig(run_dir=workdir / tag, broker=broker.bootstrap,
-                                     coordinators=False, wait_s=WAIT_S, **extra)  # fmt: skip
+                config = StackConfig(
+                    run_dir=workdir / tag,
+                    broker=broker.bootstrap,
+                    coordinators=False,
+                    wait_s=WAIT_S,
+                    scheduler_fetch_wait_ms=fetch_wait,
+                )
                 async with LoadStack(config) as stack:
-                    yield stack, broker.pid
+                    yield stack, broker.pid or 0
 
         return fresh
 

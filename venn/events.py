@@ -43,14 +43,14 @@ class Event(
         return str(cls.__struct_config__.tag)
 
 
-class DeviceCheckin(Event, tag="device_checkin"):
+class DeviceCheckin(Event, tag="device_checkin", frozen=True):
     device_id: Id
     attrs: dict[str, float]
     speed_ms_per_sample: NonNegFloat
     bandwidth_kbps: NonNegFloat
 
 
-class JobRegistered(Event, tag="job_registered"):
+class JobRegistered(Event, tag="job_registered", frozen=True):
     job_id: Id
     requirement: dict[str, float]
     demand: PosInt
@@ -59,18 +59,18 @@ class JobRegistered(Event, tag="job_registered"):
     workload_s: NonNegFloat
 
 
-class RoundRequested(Event, tag="round_requested"):
+class RoundRequested(Event, tag="round_requested", frozen=True):
     job_id: Id
     round_index: NonNegInt
     demand: PosInt
 
 
-class JobCancelled(Event, tag="job_cancelled"):
+class JobCancelled(Event, tag="job_cancelled", frozen=True):
     job_id: Id
     reason: str
 
 
-class Assignment(Event, tag="assignment"):
+class Assignment(Event, tag="assignment", frozen=True):
     job_id: Id
     round_index: NonNegInt
     device_id: Id
@@ -79,7 +79,7 @@ class Assignment(Event, tag="assignment"):
     bandwidth_kbps: NonNegFloat
 
 
-class CheckinBatch(Event, tag="checkin_batch"):
+class CheckinBatch(Event, tag="checkin_batch", frozen=True):
     """Check-ins a gateway received within a few milliseconds, as one message: the broker
     and the stream processor pay per message, not per byte. Topic venn.checkins."""
 
@@ -89,7 +89,7 @@ class CheckinBatch(Event, tag="checkin_batch"):
     (a gateway's id); None: no reply."""
 
 
-class AssignmentBatch(Event, tag="assignment_batch"):
+class AssignmentBatch(Event, tag="assignment_batch", frozen=True):
     """The assignments one check-in batch gave one job. Topic venn.assignments, key job_id."""
 
     job_id: Id
@@ -123,14 +123,14 @@ def assignments_of(event: Event) -> list[Assignment]:
     return []
 
 
-class CheckinsDeclined(Event, tag="checkins_declined"):
+class CheckinsDeclined(Event, tag="checkins_declined", frozen=True):
     """The check-ins of one batch that got no assignment. Topic venn.replies."""
 
     reply_to: Id
     checkin_ids: list[str]
 
 
-class DeviceResult(Event, tag="device_result"):
+class DeviceResult(Event, tag="device_result", frozen=True):
     job_id: Id
     round_index: NonNegInt
     device_id: Id
@@ -139,7 +139,7 @@ class DeviceResult(Event, tag="device_result"):
     reason: str | None = None
 
 
-class RoundClosed(Event, tag="round_closed"):
+class RoundClosed(Event, tag="round_closed", frozen=True):
     """A round attempt ended. `round_index` counts attempts: a failed round's retry is a new
     round_index, so (job_id, round_index) identifies exactly one close."""
 
@@ -156,7 +156,7 @@ class RoundClosed(Event, tag="round_closed"):
     response_time_s: NonNegFloat
 
 
-class JobFinished(Event, tag="job_finished"):
+class JobFinished(Event, tag="job_finished", frozen=True):
     job_id: Id
     rounds_completed: NonNegInt
     arrival: float
@@ -164,7 +164,7 @@ class JobFinished(Event, tag="job_finished"):
     jct_s: NonNegFloat
 
 
-class DeadLetter(Event, tag="dead_letter"):
+class DeadLetter(Event, tag="dead_letter", frozen=True):
     original: str
     """base64 of the original message value."""
     reason: str

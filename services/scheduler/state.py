@@ -361,8 +361,8 @@ class SchedulerState:
         js = self.core.jobs[event.job_id]
         ledger = self._ledger(event.job_id, js.round_index)
         adopted = 0
-        items: list[list[Any]] = []
-        for a in ev.assignments_of(event):
+        entries: list[list[Any]] = []
+        for a in items:
             if js.round_index != a.round_index or a.event_id in ledger.assignments:
                 continue
             if a.event_id in self.decided:
@@ -375,15 +375,15 @@ class SchedulerState:
             tier = self.core.tier_of(speed_proxy(a.speed_ms_per_sample, a.bandwidth_kbps))
             ledger.assignments.add(a.event_id)
             ledger.tiers[a.device_id] = tier if active else None
-            items.append([a.event_id, a.device_id, tier, active])
-        if items:
+            entries.append([a.event_id, a.device_id, tier, active])
+        if entries:
             key = f"a:{event.event_id}"
             ledger.keys.append(key)
             self.rounds_table[key] = {
                 "partition": partition,
                 "job": event.job_id,
                 "round": js.round_index,
-                "items": items,
+                "items": entries,
             }
         saved = self.rows.get(event.job_id, {}).get("core", {})
         if isinstance(saved, dict) and saved.get("tier") != js.tier:

@@ -64,7 +64,7 @@ def irs_plan_grouped(
     sig_matrix: np.ndarray,
     supply: np.ndarray,
     groups: Sequence[int] | np.ndarray,
-    queues: Sequence[Sequence[float]],
+    queues: Sequence[Sequence[float] | np.ndarray],
     queue_scale: Mapping[int, float] | None = None,
 ) -> np.ndarray:
     """``irs_plan`` over sequences: ``groups`` are distinct group ids, ``queues[i]`` the

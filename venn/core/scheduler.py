@@ -48,6 +48,13 @@ def _splitmix(*parts: int) -> int:
     return x
 
 
+def _device_key(device_id: Hashable | None) -> str | int:
+    """An assignment's device id: as given if a str or int, else its str (-1 if none)."""
+    if device_id is None:
+        return -1
+    return device_id if isinstance(device_id, str | int) else str(device_id)
+
+
 def _mean(values: deque[float]) -> float:
     """``float(np.mean(values))`` (the same sum and division), without its overhead."""
     return float(np.add.reduce(np.array(values, dtype=np.float64))) / len(values)
@@ -309,9 +316,7 @@ class Scheduler:
         if device_id is not None and self.track_devices:
             self.active_devices[device_id] = (js.spec.job_id, js.round_index)
             js.devices.add(device_id)
-        return Assignment(
-            js.spec.job_id, js.round_index, device_id if device_id is not None else -1
-        )
+        return Assignment(js.spec.job_id, js.round_index, _device_key(device_id))
 
     # -- batch interface (the fast simulator) ----------------------------------------
     def observe_many(self, slots: np.ndarray, times: np.ndarray) -> None:

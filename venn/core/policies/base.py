@@ -178,7 +178,7 @@ class PolicyView:
         keys = self.key_list if self.weighted else self.remaining_list
         return sorted(range(n), key=keys.__getitem__)
 
-    def group_queues(self) -> tuple[list[int], Sequence[Sequence[float]]]:
+    def group_queues(self) -> tuple[list[int], Sequence[Sequence[float] | np.ndarray]]:
         """Groups with open jobs and each one's weighted remaining demands, ascending."""
         n = len(self)
         if n > 256:
