@@ -19,12 +19,12 @@ test: $(STAMP)
 	scripts/ensure-postgres.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy venn services bench loadtest
+	$(VENV)/bin/mypy venn services bench loadtest tests
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy venn services bench loadtest
+	$(VENV)/bin/mypy venn services bench loadtest tests
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/run_all.py

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import sqlalchemy as sa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -47,7 +48,7 @@ def closed(job: str, index: int, outcome: str = "succeeded") -> RoundClosed:
     )
 
 
-async def publish(broker: str, messages: list[tuple[str, bytes | None, bytes]]) -> None:
+async def publish(broker: str, messages: Sequence[tuple[str, bytes | None, bytes]]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=broker)
     await producer.start()
     try:
@@ -175,9 +176,10 @@ async def test_recorder_writes_idempotently_and_dead_letters_bad_input(
         ]
         assert [tuple(r) for r in jobs] == [(1.0, 4, 2, 13.0, 2, 12.0)]
 
-        letters = [decode(v, (DeadLetter,)) for v in await read_all(broker, names.dead_letters, 4)]
+        raw_letters = await read_all(broker, names.dead_letters, 4)
+        letters = [cast(DeadLetter, decode(v, (DeadLetter,))) for v in raw_letters]
         assert len(letters) == len(bad)
-        by_original = {dl.original_bytes(): dl for dl in letters}  # type: ignore[attr-defined]
+        by_original = {dl.original_bytes(): dl for dl in letters}
         for topic, raw, kind in bad:
             dl = by_original[raw]
             assert dl.source_topic == topic

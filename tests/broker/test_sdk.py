@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -50,7 +50,7 @@ def result(job_id: str, device: str) -> DeviceResult:
     )
 
 
-async def publish(p: AIOKafkaProducer, topic: str, items: list[Event]) -> None:
+async def publish(p: AIOKafkaProducer, topic: str, items: Sequence[Event]) -> None:
     for e in items:
         await p.send_and_wait(topic, events.encode(e), key=events.key_of(e))
 

@@ -63,7 +63,7 @@ def play(policy: str, jobs: list[tuple[Requirement, int]], ops: list, eps: float
     next_round = {j: 1 for j in specs}
     per_round: dict[tuple[str, int], int] = {}
     holder: dict[int, tuple[str, int]] = {}
-    log = []
+    log: list[tuple[object, ...] | None] = []
     for t, op in enumerate(ops, start=1):
         now = float(t)
         if op[0] == "checkin":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import msgspec
@@ -106,10 +106,10 @@ SAMPLES: dict[type[Event], Event] = {
     DeadLetter: dead_letter_for(b"\x00junk", "not_json: x", "venn.jobs", 2, 17, now=6.0),
 }
 SAMPLES[CheckinBatch] = CheckinBatch(
-    event_id="b1", time=1.6, checkins=[SAMPLES[DeviceCheckin]], reply_to="gw-1"
+    event_id="b1", time=1.6, checkins=[cast(DeviceCheckin, SAMPLES[DeviceCheckin])], reply_to="gw-1"
 )
 SAMPLES[AssignmentBatch] = AssignmentBatch(
-    event_id="ab1", time=2.1, job_id="j1", assignments=[SAMPLES[Assignment]]
+    event_id="ab1", time=2.1, job_id="j1", assignments=[cast(Assignment, SAMPLES[Assignment])]
 )
 SAMPLES[CheckinsDeclined] = CheckinsDeclined(
     event_id="dec1", time=2.2, reply_to="gw-1", checkin_ids=["c1"]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from venn.sim.engine import SimConfig, Simulation
+from venn.sim.engine import Mode, SimConfig, Simulation
 from venn.sim.metrics import summarise
 from venn.sim.rounds import kth_of_union
 from venn.sim.runner import tier_model
@@ -25,7 +25,7 @@ def small_jobs(jobs: int = 4, shrink: int = 200):
     return wl, [dataclasses.replace(j, rounds=max(2, j.rounds // shrink)) for j in wl.jobs]
 
 
-def run(policy: str, mode: str, eps: float = 0.0):
+def run(policy: str, mode: Mode, eps: float = 0.0):
     wl, jobs = small_jobs()
     source = SyntheticTrace(seed=wl.seed, horizon_s=wl.horizon_s)
     tiers = tier_model(SyntheticTrace(seed=wl.seed, horizon_s=86_400.0), 3)
