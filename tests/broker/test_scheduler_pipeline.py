@@ -29,7 +29,8 @@ from venn.broker.embedded import free_port
 from venn.settings import Settings
 
 MAX_EVENT_BYTES = 4096
-READY_TIMEOUT = 90.0  # a restart after SIGKILL waits for the dead member's session to expire
+READY_TIMEOUT = 180.0  # a restart after SIGKILL waits for the dead member's session to expire;
+# one CI run on a loaded machine needed more than 90 s
 
 
 @dataclass
