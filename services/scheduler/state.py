@@ -385,8 +385,7 @@ class SchedulerState:
                 "round": js.round_index,
                 "items": entries,
             }
-        saved = self.rows.get(event.job_id, {}).get("core", {})
-        if isinstance(saved, dict) and saved.get("tier") != js.tier:
+        if self.rows.get(event.job_id, {}).get("core", {}).get("tier") != js.tier:
             # The core lifted the round's tier restriction when a competitor opened a
             # round (on another job's event): persist it here, on this job's partition.
             self._save(event.job_id, partition)
