@@ -16,7 +16,6 @@ demo: $(STAMP)
 	$(VENV)/bin/venn demo
 
 test: $(STAMP)
-	scripts/ensure-postgres.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy venn services bench loadtest tests

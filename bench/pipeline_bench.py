@@ -829,8 +829,9 @@ FAUST_FETCH_WAIT_MS = 1500
 
 
 async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
+    from venn.broker.tansu import TansuBroker
+
     from loadtest.stack import LoadStack, StackConfig
-    from venn.broker.embedded import EmbeddedBroker
 
     started = time.time()
     result: dict[str, Any] = {
@@ -850,7 +851,7 @@ async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
     print("1. raw broker rates", flush=True)
     # A broker of its own: Tansu keeps every message in memory, and the 250,000 raw
     # messages would cost the stack's broker CPU for the rest of the run.
-    with EmbeddedBroker(log_path=workdir / "broker-raw.log") as broker:
+    with TansuBroker(log_path=workdir / "broker-raw.log") as broker:
         result["raw"] = await raw_rates(broker.bootstrap, plan.raw_send, plan.raw_batch)
         print(f"  {result['raw']}", flush=True)
     # Every sweep and the pipeline phase on a fresh broker and stack: Tansu keeps every
@@ -873,7 +874,7 @@ async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
         @contextlib.asynccontextmanager
         async def fresh() -> AsyncIterator[tuple[Any, int]]:
             tag = f"{name}-{next(runs)}"
-            with EmbeddedBroker(log_path=workdir / f"broker-{tag}.log") as broker:
+            with TansuBroker(log_path=workdir / f"broker-{tag}.log") as broker:
                 config = StackConfig(
                     run_dir=workdir / tag,
                     broker=broker.bootstrap,
@@ -906,7 +907,7 @@ async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
         print("6. profiles (pyinstrument; rates under the profiler are not reported)", flush=True)
         prof_dir = workdir / "profiles"
         sat = result["gateway"]["instant"]["saturation_rps"] or 400
-        with EmbeddedBroker(log_path=workdir / "broker-c.log") as broker:
+        with TansuBroker(log_path=workdir / "broker-c.log") as broker:
             config = StackConfig(run_dir=workdir / "profiled", broker=broker.bootstrap,
                                  coordinators=False, wait_s=WAIT_S,
                                  profile_dir=prof_dir)  # fmt: skip

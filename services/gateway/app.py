@@ -139,7 +139,7 @@ class Gateway:
         self.producer = AIOKafkaProducer(
             bootstrap_servers=s.broker,
             client_id=client,
-            acks=1,
+            acks=s.tuning.acks,
             linger_ms=0,  # the batcher lingers; a batch goes out when it is full or due
         )
         self.consumer = AIOKafkaConsumer(

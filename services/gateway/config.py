@@ -58,7 +58,7 @@ class GatewayConfig:
             busy_retry_after_s=s.gateway_busy_retry_after_s,
             fast_no=bool(s.gateway_fast_no),
             linger_ms=s.gateway_linger_ms,
-            fetch_wait_ms=s.gateway_fetch_wait_ms,
+            fetch_wait_ms=s.gateway_fetch_wait,
             batch_max=s.gateway_batch_max,
         )
 

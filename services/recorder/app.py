@@ -38,16 +38,6 @@ log = logging.getLogger("venn.recorder")
 
 AUDITED = (RoundClosed, JobRegistered, JobFinished, JobCancelled)
 
-# Tansu makes a new group wait about half the rebalance timeout before the first assignment,
-# and a member rejoining a group it just left waits about session + rebalance timeout
-# (measured: 5 s / 18 s with aiokafka's defaults, 3 s / 11 s with these). 6 s is also the
-# smallest session timeout Apache Kafka accepts by default.
-CONSUMER_DEFAULTS: dict[str, Any] = {
-    "session_timeout_ms": 6000,
-    "rebalance_timeout_ms": 6000,
-    "heartbeat_interval_ms": 1000,
-}
-
 # A dead letter carries the original bytes; cap them so the dead letter itself stays sendable.
 MAX_ORIGINAL_BYTES = 256 * 1024
 
@@ -177,10 +167,13 @@ async def run_recorder(
         client_id="venn-recorder",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        **{**CONSUMER_DEFAULTS, **(consumer_options or {})},
+        **{**settings.tuning.consumer_group(), **(consumer_options or {})},
     )
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.broker, client_id="venn-recorder", acks=1, linger_ms=5
+        bootstrap_servers=settings.broker,
+        client_id="venn-recorder",
+        acks=settings.tuning.acks,
+        linger_ms=5,
     )
     await producer.start()
     await consumer.start()

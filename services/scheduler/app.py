@@ -77,9 +77,10 @@ def create_app(
     config = config or SchedulerConfig.from_env(settings)
     settings = config.settings
     quiet_logs()
+    tuning = settings.tuning
     app = SchedulerApp(
         settings.app_id,
-        fetch_wait_ms=settings.scheduler_fetch_wait_ms,
+        fetch_wait_ms=settings.scheduler_fetch_wait,
         broker=f"kafka://{settings.broker}",
         store="memory://",
         topic_partitions=settings.topic_partitions,
@@ -87,11 +88,11 @@ def create_app(
         topic_disable_leader=True,  # the leader topic would be auto-created with 4 partitions
         table_standby_replicas=0,
         consumer_auto_offset_reset="earliest",
-        producer_acks=1,
-        producer_max_batch_size=1,  # Tansu ListOffsets bug: see kafka-notes
-        broker_session_timeout=10,
-        broker_rebalance_timeout=10,
-        broker_heartbeat_interval=1,
+        producer_acks=tuning.faust_acks,
+        producer_max_batch_size=tuning.faust_producer_max_batch_size,
+        broker_session_timeout=tuning.session_timeout_ms / 1000,
+        broker_rebalance_timeout=tuning.rebalance_timeout_ms / 1000,
+        broker_heartbeat_interval=tuning.heartbeat_interval_ms / 1000,
         web_bind="127.0.0.1",
         web_port=config.web_port,
         datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data"),

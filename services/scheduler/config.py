@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from venn.broker.embedded import free_port
+from venn.broker.process import free_port
 from venn.settings import Settings
 
 DEFAULT_TASK_URL_BASE = "http://coordinator.local"

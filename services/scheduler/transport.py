@@ -5,9 +5,9 @@ Faust hard-codes ``fetch_max_wait_ms=1500`` for the worker's consumer. Apache Ka
 a parked fetch as soon as data arrives, so there it costs nothing; Tansu keeps the fetch
 parked for the whole wait, so every idle or lightly loaded poll adds up to 1.5 s between a
 check-in and its assignment. This transport sets the wait from
-``Settings.scheduler_fetch_wait_ms`` before the consumer starts.
+``Settings.scheduler_fetch_wait`` before the consumer starts.
 
-Faust's own producer runs with ``producer_max_batch_size=1`` (Tansu's ListOffsets bug
+On Tansu, Faust's own producer runs with ``producer_max_batch_size=1`` (its ListOffsets bug
 makes table recovery drop the tail of a multi-record changelog batch). With one record per
 batch, aiokafka holds one batch per partition until the next produce round trip and
 Faust's buffer sends in order, so every output waited for a round trip: the scheduler

@@ -1,4 +1,4 @@
-"""The embedded Tansu broker, topic creation and a produce/consume round trip."""
+"""The local brokers (Apache Kafka, Tansu), topic creation and a produce/consume round trip."""
 
 from __future__ import annotations
 
@@ -9,13 +9,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from venn.broker.embedded import (
-    EmbeddedBroker,
-    read_detached,
-    start_detached,
-    stop_detached,
-    wait_ready,
-)
+from venn.broker.local import read_detached, start_detached, stop_detached
+from venn.broker.process import metadata_brokers
+from venn.broker.tansu import TansuBroker, wait_ready
 from venn.broker.topics import (
     ALL_TOPICS,
     TopicError,
@@ -71,20 +67,20 @@ def test_default_topic_catalogue() -> None:
 
 
 async def test_tansu_auto_creates_unknown_topics_with_4_partitions(
-    broker: str, unique: str
+    tansu_broker: str, unique: str
 ) -> None:
     """Why ensure_topics must run first: a mere produce creates the topic, with 4 partitions."""
     topic = f"auto{unique}"
-    producer = AIOKafkaProducer(bootstrap_servers=broker)
+    producer = AIOKafkaProducer(bootstrap_servers=tansu_broker)
     await producer.start()
     try:
         await producer.send_and_wait(topic, b"x")
     finally:
         await producer.stop()
     try:
-        assert (await partitions_of(broker))[topic] == 4
+        assert (await partitions_of(tansu_broker))[topic] == 4
     finally:
-        await delete_topics(broker, [topic])
+        await delete_topics(tansu_broker, [topic])
 
 
 async def test_produce_consume_round_trip(broker: str, unique: str) -> None:
@@ -137,8 +133,9 @@ async def test_produce_consume_round_trip(broker: str, unique: str) -> None:
     assert len(partition_of) == 4
 
 
-def test_embedded_broker_context_manager_and_stop() -> None:
-    with EmbeddedBroker() as b:
+@pytest.mark.tansu
+def test_tansu_broker_context_manager_and_stop() -> None:
+    with TansuBroker() as b:
         pid = b.pid
         assert pid is not None and b.running()
         wait_ready(b.host, b.port, timeout=2)
@@ -147,17 +144,23 @@ def test_embedded_broker_context_manager_and_stop() -> None:
         os.kill(pid, 0)
 
 
+@pytest.mark.tansu
 def test_detached_broker_lifecycle(tmp_path: Path) -> None:
-    bootstrap = start_detached(tmp_path)
+    started = start_detached(tmp_path, "tansu")
     try:
         record = read_detached(tmp_path)
-        assert record is not None and record["bootstrap"] == bootstrap
-        host, port = bootstrap.split(":")
+        assert record == started and record.kind == "tansu"
+        host, port = record.bootstrap.split(":")
         wait_ready(host, int(port), timeout=2)
-        assert start_detached(tmp_path) == bootstrap  # reused, not a second broker
+        assert start_detached(tmp_path, "tansu") == record  # reused, not a second broker
     finally:
         assert stop_detached(tmp_path) is True
     assert read_detached(tmp_path) is None
     assert stop_detached(tmp_path) is False
     with pytest.raises(ProcessLookupError):
-        os.kill(int(record["pid"]), 0)  # type: ignore[call-overload]
+        os.kill(record.pids[0], 0)
+
+
+def test_the_session_broker_answers_metadata(broker: str, broker_kind: str) -> None:
+    host, port = broker.split(",")[0].split(":")
+    assert metadata_brokers(host, int(port), timeout=5) == 1

@@ -25,7 +25,7 @@ from services.gateway import GatewayConfig, GatewayServer
 from services.scheduler.process import prepare_topics, start_worker, stop_worker
 from venn import events as ev
 from venn.broker import topics
-from venn.broker.embedded import free_port
+from venn.broker.process import free_port
 from venn.settings import Settings
 
 WAIT_S = 2.0  # see GatewayConfig.wait_s: an idle Faust worker on Tansu reads up to 1.5 s late

@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from services.scheduler.process import kill_worker, prepare_topics, start_worker, stop_worker
 from venn import events as ev
 from venn.broker import topics
-from venn.broker.embedded import free_port
+from venn.broker.process import free_port
 from venn.settings import Settings
 
 MAX_EVENT_BYTES = 4096

@@ -4,14 +4,17 @@ published on the topics and what was recorded in the audit DB."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
-from venn.audit.db import make_engine
+from venn.audit.db import create_database, drop_database, make_engine
+from venn.audit.migrate import upgrade_database
 from venn.audit.models import JobAudit, RoundAudit
 from venn.broker import topics
 from venn.core.model import Requirement
@@ -46,11 +49,35 @@ CONFIG = DemoConfig(
 )
 
 
-@pytest.fixture(scope="module")
-async def run(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
-    run_dir = Path(tmp_path_factory.mktemp("e2e-run"))
-    config = DemoConfig(**{**CONFIG.__dict__, "database_url": pg_url, "run_dir": str(run_dir)})
-    return await run_demo(config)
+@pytest.fixture(
+    scope="module",
+    # The session's broker kind (Apache Kafka), and the smoke run of the Tansu fallback.
+    params=["session", pytest.param("tansu", marks=pytest.mark.tansu)],
+)
+async def run(
+    request: pytest.FixtureRequest,
+    broker_kind: str,
+    pg_admin_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[DemoResult]:
+    kind = broker_kind if request.param == "session" else request.param
+    run_dir = Path(tmp_path_factory.mktemp(f"e2e-run-{kind}"))
+    url = create_database(pg_admin_url, f"venn_e2e_{uuid.uuid4().hex[:10]}")
+    try:
+        upgrade_database(url)
+        config = DemoConfig(
+            **{
+                **CONFIG.__dict__,
+                "database_url": url,
+                "run_dir": str(run_dir),
+                "broker_kind": kind,
+            }
+        )
+        result = await run_demo(config)
+        assert result.broker.startswith("Apache Kafka" if kind == "kafka" else "Tansu")
+        yield result
+    finally:
+        drop_database(url)
 
 
 def of(result: DemoResult, topic: str, kind: type) -> list:

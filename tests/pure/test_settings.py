@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
-from venn.settings import Settings, describe, markdown_table
+from venn.settings import STACK_FILE, Settings, describe, markdown_table
 
 
 def test_defaults() -> None:
     s = Settings.from_env({})
     assert s.broker == "127.0.0.1:9092"
     assert s.run_dir == "./run"
-    assert s.database_url == "sqlite:///run/venn.sqlite"
+    assert s.database_url == ""  # the local stack's embedded Postgres
+    assert s.broker_kind == "auto"
     assert (s.topic_partitions, s.gateway_port, s.max_event_bytes) == (4, 8080, 65536)
     assert (s.app_id, s.speedup) == ("venn-scheduler", 1.0)
     assert Settings() == s
@@ -33,7 +36,26 @@ def test_env_overrides_and_types() -> None:
     assert s.topic_partitions == 8 and isinstance(s.topic_partitions, int)
     assert s.speedup == 60.0 and isinstance(s.speedup, float)
     assert s.database_url == "postgresql+psycopg://postgres@127.0.0.1/venn"
-    assert Settings.from_env({"VENN_RUN_DIR": "/r"}).database_url == "sqlite:////r/venn.sqlite"
+
+
+def test_a_running_stack_supplies_what_env_leaves_unset(tmp_path: Path) -> None:
+    (tmp_path / STACK_FILE).write_text(
+        json.dumps(
+            {
+                "broker": "127.0.0.1:9500",
+                "broker_kind": "kafka",
+                "database_url": "postgresql+psycopg://postgres@127.0.0.1:5999/venn",
+                "policy": "venn",
+            }
+        )
+    )
+    found = Settings.from_env({"VENN_RUN_DIR": str(tmp_path)})
+    assert (found.broker, found.broker_kind) == ("127.0.0.1:9500", "kafka")
+    assert found.database_url.endswith(":5999/venn")
+    explicit = Settings.from_env({"VENN_RUN_DIR": str(tmp_path), "VENN_BROKER": "h:1"})
+    assert explicit.broker == "h:1" and explicit.broker_kind == "kafka"
+    (tmp_path / STACK_FILE).write_text("not json")
+    assert Settings.from_env({"VENN_RUN_DIR": str(tmp_path)}).broker == "127.0.0.1:9092"
 
 
 def test_bad_value_names_the_variable() -> None:

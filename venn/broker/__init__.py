@@ -1,13 +1,19 @@
-"""Kafka-side plumbing: the embedded Tansu broker and the topic catalogue."""
+"""Kafka-side plumbing: the local brokers (Apache Kafka, Tansu) and the topic catalogue."""
 
-from venn.broker.embedded import EmbeddedBroker, start_detached, stop_detached, tansu_binary
+from venn.broker.kafka import KafkaBroker, kafka_version
+from venn.broker.local import local_broker, resolve_kind, start_detached, stop_detached
+from venn.broker.tansu import TansuBroker, tansu_binary
 from venn.broker.topics import ALL_TOPICS, delete_topics, ensure_topics
 
 __all__ = [
     "ALL_TOPICS",
-    "EmbeddedBroker",
+    "KafkaBroker",
+    "TansuBroker",
     "delete_topics",
     "ensure_topics",
+    "kafka_version",
+    "local_broker",
+    "resolve_kind",
     "start_detached",
     "stop_detached",
     "tansu_binary",

@@ -8,6 +8,8 @@ before any service starts, and nothing here asks metadata for a topic by name.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -69,6 +71,7 @@ async def ensure_topics(
     extra: Iterable[str] = (),
     *,
     names: Iterable[str] = ALL_TOPICS,
+    timeout: float = 30.0,
 ) -> dict[str, int]:
     """Create `names` + `extra` (e.g. Faust changelogs) with `partitions` each; idempotent.
 
@@ -93,7 +96,15 @@ async def ensure_topics(
                     raise TopicError(
                         f"creating {err['topic']}: {exc.__name__} {err['error_message']}"
                     )
-            existing = await topic_partitions(admin)
+            # Apache Kafka creates asynchronously: wait until the metadata lists them.
+            deadline = time.monotonic() + timeout
+            while True:
+                existing = await topic_partitions(admin)
+                if all(existing.get(name) for name in wanted):
+                    break
+                if time.monotonic() > deadline:
+                    break  # reported below, with the counts seen
+                await asyncio.sleep(0.1)
     finally:
         await admin.close()
     result = {name: existing.get(name, 0) for name in wanted}
@@ -106,8 +117,9 @@ async def ensure_topics(
     return result
 
 
-async def delete_topics(bootstrap: str, names: Iterable[str]) -> list[str]:
-    """Delete topics (missing ones are ignored). Returns the names actually deleted."""
+async def delete_topics(bootstrap: str, names: Iterable[str], timeout: float = 30.0) -> list[str]:
+    """Delete topics (missing ones are ignored) and wait until the metadata no longer lists
+    them (Apache Kafka deletes asynchronously). Returns the names actually deleted."""
     names = list(names)
     if not names:
         return []
@@ -115,13 +127,18 @@ async def delete_topics(bootstrap: str, names: Iterable[str]) -> list[str]:
     await admin.start()
     try:
         response = await admin.delete_topics(names)
+        deleted: list[str] = []
+        for err in response.to_object()["topic_error_codes"]:
+            code = err["error_code"]
+            if code == 0:
+                deleted.append(err["topic"])
+            elif code != _UNKNOWN_TOPIC:
+                raise TopicError(f"deleting {err['topic']}: {for_code(code).__name__}")
+        deadline = time.monotonic() + timeout
+        while set(deleted) & set(await topic_partitions(admin)):
+            if time.monotonic() > deadline:
+                raise TopicError(f"topics still listed {timeout} s after deletion: {deleted}")
+            await asyncio.sleep(0.1)
     finally:
         await admin.close()
-    deleted: list[str] = []
-    for err in response.to_object()["topic_error_codes"]:
-        code = err["error_code"]
-        if code == 0:
-            deleted.append(err["topic"])
-        elif code != _UNKNOWN_TOPIC:
-            raise TopicError(f"deleting {err['topic']}: {for_code(code).__name__}")
     return deleted

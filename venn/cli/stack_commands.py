@@ -26,8 +26,8 @@ def up(
 
     info = stack_up(Settings.from_env(), policy, seed)
     console = Console()
-    console.print(f"broker    {info.broker}")
-    console.print(f"database  {info.database_url}")
+    console.print(f"broker    {info.broker_description}")
+    console.print(f"database  {info.database_description}")
     for name, pid in info.services.items():
         console.print(f"{name:<9} pid {pid}  log {info.run_dir / (name + '.log')}")
     console.print(f"stop with: VENN_RUN_DIR={info.run_dir} venn down")
@@ -57,8 +57,11 @@ def demo(
         float, typer.Option(help="Factor on the workload's inter-arrival gaps.")
     ] = _DEMO.arrival_scale,
     database_url: Annotated[
-        str, typer.Option(help="Audit DB URL (default: SQLite in a temp dir).")
+        str, typer.Option(help="Audit DB URL (default: an embedded PostgreSQL in a temp dir).")
     ] = "",  # VENN_DATABASE_URL when set
+    broker_kind: Annotated[
+        str, typer.Option(help="kafka | tansu | auto (default: VENN_BROKER_KIND, else auto).")
+    ] = "",
     seed: Annotated[int | None, typer.Option(help="Workload sampling seed.")] = None,
     timeout: Annotated[float, typer.Option(help="Wall seconds before giving up.")] = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -76,6 +79,7 @@ def demo(
         rate_per_s=rate,
         arrival_scale=arrival_scale,
         database_url=database_url or os.environ.get("VENN_DATABASE_URL", ""),
+        broker_kind=broker_kind or os.environ.get("VENN_BROKER_KIND", "auto"),
         timeout_s=timeout,
     )
     handles = DemoHandles()
@@ -87,6 +91,7 @@ def demo(
         with Live(ProgressView(handles), console=console, refresh_per_second=4):
             result = asyncio.run(run_demo(config, handles))
         console.print(result_table(result))
+        console.print(f"broker {result.broker}; database {result.database}")
         console.print(
             f"{result.jobs_finished}/{result.jobs_total} jobs finished, "
             f"{result.rounds_closed} rounds closed ({result.rounds_failed} failed), "

@@ -93,7 +93,7 @@ class VennClient:
 
     async def start(self) -> Self:
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, client_id=self.client_id, acks=1, linger_ms=2
+            bootstrap_servers=self.bootstrap, client_id=self.client_id, acks="all", linger_ms=2
         )
         await producer.start()
         self._producer = producer

@@ -1,6 +1,6 @@
 """Smallest useful job owner: one job, one round, first results, then finish.
 
-python -m venn.sdk.example 127.0.0.1:9092
+python -m venn.sdk.example [BOOTSTRAP]   (default: the stack of VENN_RUN_DIR, else VENN_BROKER)
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 import time
 
 from venn.sdk import VennClient
+from venn.settings import Settings
 
 
 async def main(bootstrap: str) -> None:
@@ -37,4 +38,4 @@ async def main(bootstrap: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:9092"))
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else Settings.from_env().broker))

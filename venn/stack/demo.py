@@ -22,16 +22,17 @@ from typing import Any
 from sqlalchemy import func, select
 
 from venn.audit.db import make_engine
+from venn.audit.embedded import EmbeddedPostgres, server_version
 from venn.audit.migrate import upgrade_database
 from venn.audit.models import JobAudit, RoundAudit
-from venn.broker.embedded import EmbeddedBroker
+from venn.broker.local import describe, local_broker, resolve_kind
 from venn.core.model import JobSpec
 from venn.data import DATA_DIR
 from venn.events import Event
 from venn.sdk.clock import TraceClock
 from venn.settings import Settings
 from venn.stack.capture import read_topics
-from venn.stack.local import prepare_topics, service_env, wait_scheduler_ready
+from venn.stack.local import POSTGRES_DIR, prepare_topics, service_env, wait_scheduler_ready
 from venn.stack.processes import (
     default_services_for_demo,
     log_tail,
@@ -67,7 +68,8 @@ class DemoConfig:
     trace_seed: int = 0
     arrival_scale: float = 0.01  # the paper's 1800 s mean gap -> 18 s
     first_arrival_s: float = 30.0  # trace seconds of device check-ins before the first job
-    database_url: str = ""  # empty: SQLite in the run dir
+    database_url: str = ""  # empty: an embedded PostgreSQL in the run dir
+    broker_kind: str = "auto"  # kafka | tansu | auto (see venn.broker.local)
     run_dir: str | None = None  # None: a temporary directory, removed afterwards
     timeout_s: float = 600.0  # wall seconds before unfinished jobs are cancelled
     partitions: int = 4
@@ -92,6 +94,8 @@ class DemoResult:
     attempts: dict[str, int] = field(default_factory=dict)
     events: dict[str, list[Event]] = field(default_factory=dict)
     database_url: str = ""
+    broker: str = ""  # "Apache Kafka 4.1.1 on 127.0.0.1:PORT"
+    database: str = ""  # "PostgreSQL 18.6", or the URL given
 
     @property
     def jobs_total(self) -> int:
@@ -122,6 +126,8 @@ class DemoResult:
             "audit_rounds": self.audit_rounds,
             "jct_s": self.jct_s,
             "fleet": self.fleet,
+            "broker": self.broker,
+            "database": self.database,
         }
 
 
@@ -175,13 +181,25 @@ async def run_demo(
     own_dir = config.run_dir is None
     run = Path(config.run_dir or tempfile.mkdtemp(prefix="venn-demo-")).resolve()
     run.mkdir(parents=True, exist_ok=True)
-    db_url = config.database_url or f"sqlite:///{run / 'venn.sqlite'}"
-    broker = EmbeddedBroker(log_path=run / "broker.log")
+    kind = resolve_kind(config.broker_kind)
+    if kind == "external":
+        raise ValueError("a demo starts its own broker: VENN_BROKER_KIND kafka, tansu or auto")
+    broker = local_broker(kind, run)
+    database = None if config.database_url else EmbeddedPostgres(run / POSTGRES_DIR)
     try:
-        broker.start()
+        handles.phase = f"starting {kind}"
+        await asyncio.to_thread(broker.start)
+        if database is not None:
+            handles.phase = "starting postgres"
+            await asyncio.to_thread(database.start)
+        db_url = config.database_url or (database.url() if database else "")
+        database_description = (
+            f"PostgreSQL {server_version()} (embedded)" if database else "given by URL"
+        )
         settings = dataclasses.replace(
             Settings.from_env({}),
             broker=broker.bootstrap,
+            broker_kind=kind,
             run_dir=str(run),
             database_url=db_url,
             topic_partitions=config.partitions,
@@ -243,11 +261,15 @@ async def run_demo(
             attempts={job_id: o.attempts for job_id, o in outcomes.items()},
             events=captured,
             database_url=db_url,
+            broker=describe(broker.kind, broker.version, broker.bootstrap),
+            database=database_description,
         )
     finally:
         handles.phase = "stopping"
         await asyncio.to_thread(stop_services, run, 10.0)
-        broker.stop()
+        await asyncio.to_thread(broker.stop)
+        if database is not None:
+            await asyncio.to_thread(database.stop)
         if own_dir:
             with contextlib.suppress(OSError):
                 shutil.rmtree(run)

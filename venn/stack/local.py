@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
+from sqlalchemy.engine import make_url
 
+from venn.audit.embedded import EmbeddedPostgres, server_version
 from venn.audit.migrate import upgrade_database
-from venn.broker.embedded import start_detached, stop_detached
+from venn.broker.local import read_detached, resolve_kind, start_detached, stop_detached
+from venn.broker.process import port_free, split_address
 from venn.broker.topics import ensure_topics
-from venn.settings import Settings
+from venn.settings import STACK_FIELDS, STACK_FILE, Settings
 from venn.stack.processes import (
     ServiceSpec,
     recorder_spec,
@@ -27,25 +30,22 @@ from venn.stack.processes import (
     stop_services,
 )
 
-STACK_FILE = "stack.json"
+POSTGRES_DIR = "postgres"
 
 
 @dataclass(frozen=True)
 class StackInfo:
     run_dir: Path
     broker: str
+    broker_description: str
     database_url: str
+    database_description: str
     services: dict[str, int]
 
 
 def absolute(settings: Settings) -> Settings:
     """Settings with an absolute run dir (services run with the run dir as cwd)."""
-    run = Path(settings.run_dir).resolve()
-    url = settings.database_url
-    default_db = f"sqlite:///{Path(settings.run_dir) / 'venn.sqlite'}"
-    if url == default_db:
-        url = f"sqlite:///{run / 'venn.sqlite'}"
-    return dataclasses.replace(settings, run_dir=str(run), database_url=url)
+    return dataclasses.replace(settings, run_dir=str(Path(settings.run_dir).resolve()))
 
 
 def scheduler_topics(settings: Settings) -> list[str]:
@@ -72,7 +72,7 @@ def service_env(settings: Settings, policy: str, seed: int) -> dict[str, str]:
 
 
 def gateway_spec() -> ServiceSpec:
-    """The device gateway (services.gateway): HTTP on 127.0.0.1:VENN_GATEWAY_PORT."""
+    """The device gateway (services.gateway): HTTP on VENN_GATEWAY_HOST:VENN_GATEWAY_PORT."""
     return ServiceSpec("gateway", ("-m", "services.gateway", "--log-level", "WARNING"))
 
 
@@ -80,7 +80,7 @@ def default_services() -> list[ServiceSpec]:
     return [scheduler_spec(), recorder_spec(), gateway_spec()]
 
 
-async def wait_scheduler_ready(settings: Settings, timeout: float = 60.0) -> bool:
+async def wait_scheduler_ready(settings: Settings, timeout: float = 90.0) -> bool:
     """Wait until the scheduler's consumer group is stable (its agents are reading)."""
     deadline = time.monotonic() + timeout
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.broker, client_id="venn-stack")
@@ -101,14 +101,45 @@ async def wait_scheduler_ready(settings: Settings, timeout: float = 60.0) -> boo
     return False
 
 
+def start_broker(settings: Settings) -> tuple[Settings, str]:
+    """Start (or reuse) the run dir's detached broker where VENN_BROKER says, unless the
+    kind is external. Returns the settings with the broker's address and resolved kind."""
+    kind = resolve_kind(settings.broker_kind)
+    if kind == "external":
+        return dataclasses.replace(settings, broker_kind=kind), f"external at {settings.broker}"
+    existing = read_detached(settings.run_path)
+    if existing is None:
+        host, port = split_address(settings.broker)
+        if not port_free(host, port):
+            raise RuntimeError(
+                f"{settings.broker} is in use (another broker?): set VENN_BROKER to a free "
+                "host:port, or VENN_BROKER_KIND=external to use the broker listening there"
+            )
+    record = existing or start_detached(settings.run_path, kind, settings.broker)
+    return (
+        dataclasses.replace(settings, broker=record.bootstrap, broker_kind=record.kind),
+        record.describe(),
+    )
+
+
+def start_database(settings: Settings) -> tuple[Settings, str]:
+    """VENN_DATABASE_URL when set, else the run dir's embedded PostgreSQL (started)."""
+    server = EmbeddedPostgres(settings.run_path / POSTGRES_DIR)
+    if settings.database_url and settings.database_url != server.url():
+        return settings, make_url(settings.database_url).render_as_string(hide_password=True)
+    server.start()
+    url = server.url()
+    return dataclasses.replace(settings, database_url=url), f"PostgreSQL {server_version()} {url}"
+
+
 def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = True) -> StackInfo:
-    """Start (or reuse) the detached broker and services of ``settings.run_dir``; with
-    ``wait``, return once the scheduler's consumer group is stable."""
+    """Start (or reuse) the detached broker, database and services of ``settings.run_dir``;
+    with ``wait``, return once the scheduler's consumer group is stable."""
     settings = absolute(settings)
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
-    broker = start_detached(run)
-    settings = dataclasses.replace(settings, broker=broker)
+    settings, broker_description = start_broker(settings)
+    settings, database_description = start_database(settings)
     prepare(settings)
     alive = running_services(run)
     env = service_env(settings, policy, seed)
@@ -117,18 +148,28 @@ def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = Tru
             start_service(run, spec, env)
     if wait and not asyncio.run(wait_scheduler_ready(settings)):
         raise RuntimeError(f"the scheduler did not become ready; see {run / 'scheduler.log'}")
-    info = StackInfo(run, broker, settings.database_url, running_services(run))
-    (run / STACK_FILE).write_text(
-        json.dumps({"broker": broker, "database_url": info.database_url, "policy": policy})
+    info = StackInfo(
+        run,
+        settings.broker,
+        broker_description,
+        settings.database_url,
+        database_description,
+        running_services(run),
     )
+    record = {name: getattr(settings, name) for name in STACK_FIELDS}
+    (run / STACK_FILE).write_text(json.dumps({**record, "policy": policy}))
     return info
 
 
 def down(settings: Settings, timeout: float = 10.0) -> list[str]:
-    """Stop the services and the broker of ``settings.run_dir``. Returns what was stopped."""
+    """Stop the services, the broker and the embedded database of ``settings.run_dir``.
+    Returns what was stopped. Their files stay: `venn up` resumes from them."""
     run = absolute(settings).run_path
     stopped = stop_services(run, timeout)
-    if stop_detached(run, timeout):
+    if stop_detached(run, max(timeout, 30.0)):
         stopped.append("broker")
+    database = EmbeddedPostgres(run / POSTGRES_DIR)
+    if database.pid() is not None and database.stop():
+        stopped.append("postgres")
     (run / STACK_FILE).unlink(missing_ok=True)
     return stopped

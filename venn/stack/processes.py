@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from venn.broker.embedded import pid_alive
+from venn.broker.process import pid_alive, terminate
 
 SERVICES_FILE = "services.json"
 
@@ -82,18 +79,8 @@ def stop_pid(pid: int, timeout: float = 10.0) -> bool:
     """SIGTERM, then SIGKILL after ``timeout``. True if the process was running."""
     if not pid_alive(pid):
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.05)
-    # Faust can hang in wait_empty on SIGTERM after an agent crash (kafka-notes).
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    while pid_alive(pid):
-        time.sleep(0.02)
+    # SIGKILL after the timeout: Faust can hang in wait_empty on SIGTERM after an agent crash.
+    terminate(pid, timeout)
     return True
 
 

