@@ -44,7 +44,9 @@ class Settings:
         "workarounds on tansu only); kafka or tansu forces one (benchmarks compare them).",
     )
     run_dir: str = _env(
-        "VENN_RUN_DIR", "./run", "Directory for pid files, logs and the default SQLite DB."
+        "VENN_RUN_DIR",
+        "./run",
+        "Directory for pid files, logs and the local Kafka and Postgres data.",
     )
     database_url: str = _env(
         "VENN_DATABASE_URL",
