@@ -11,21 +11,44 @@ against them in tests/pure/test_events.py. Conventions the tests rely on:
 from __future__ import annotations
 
 import base64
+import hashlib
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from venn.broker import topics
+from venn.fields import (
+    BATCH_MAX,
+    ORIGINAL_PREFIX_MAX,
+    TEXT_MAX,
+    Attrs,
+    Bandwidth,
+    Base64,
+    CheckinId,
+    Count,
+    Demand,
+    Duration,
+    EventId,
+    Id,
+    Offset,
+    Partition,
+    PosDuration,
+    RoundCount,
+    RoundIndex,
+    Rounds,
+    Sha256,
+    Size,
+    Speed,
+    Text,
+    Timestamp,
+    TopicName,
+    Url,
+)
 
 SCHEMA_VERSION = 1
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
-
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-PosInt = Annotated[int, msgspec.Meta(ge=1)]
-NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
-PosFloat = Annotated[float, msgspec.Meta(gt=0)]
-Id = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 class Event(
@@ -33,10 +56,10 @@ class Event(
 ):
     """Base of every event. Subclasses set `tag=<type name>`."""
 
-    event_id: Id
+    event_id: EventId
     # Decoding rejects other versions; a missing version is read as 1 (the only one so far).
     schema_version: Literal[1] = 1
-    time: float
+    time: Timestamp
 
     @classmethod
     def type_name(cls) -> str:
@@ -44,47 +67,48 @@ class Event(
 
 
 class DeviceCheckin(Event, tag="device_checkin", frozen=True):
+    event_id: CheckinId  # shorter: assignment ids embed it
     device_id: Id
-    attrs: dict[str, float]
-    speed_ms_per_sample: NonNegFloat
-    bandwidth_kbps: NonNegFloat
+    attrs: Attrs
+    speed_ms_per_sample: Speed
+    bandwidth_kbps: Bandwidth
 
 
 class JobRegistered(Event, tag="job_registered", frozen=True):
     job_id: Id
-    requirement: dict[str, float]
-    demand: PosInt
-    rounds: PosInt
-    deadline_s: PosFloat
-    workload_s: NonNegFloat
+    requirement: Attrs
+    demand: Demand
+    rounds: Rounds
+    deadline_s: PosDuration
+    workload_s: Duration
 
 
 class RoundRequested(Event, tag="round_requested", frozen=True):
     job_id: Id
-    round_index: NonNegInt
-    demand: PosInt
+    round_index: RoundIndex
+    demand: Demand
 
 
 class JobCancelled(Event, tag="job_cancelled", frozen=True):
     job_id: Id
-    reason: str
+    reason: Text
 
 
 class Assignment(Event, tag="assignment", frozen=True):
     job_id: Id
-    round_index: NonNegInt
+    round_index: RoundIndex
     device_id: Id
-    task_url: str
-    speed_ms_per_sample: NonNegFloat
-    bandwidth_kbps: NonNegFloat
+    task_url: Url
+    speed_ms_per_sample: Speed
+    bandwidth_kbps: Bandwidth
 
 
 class CheckinBatch(Event, tag="checkin_batch", frozen=True):
     """Check-ins a gateway received within a few milliseconds, as one message: the broker
     and the stream processor pay per message, not per byte. Topic venn.checkins."""
 
-    checkins: list[DeviceCheckin]
-    reply_to: str | None = None
+    checkins: Annotated[list[DeviceCheckin], msgspec.Meta(max_length=BATCH_MAX)]
+    reply_to: Id | None = None
     """Where the scheduler sends CheckinsDeclined for the check-ins it did not assign
     (a gateway's id); None: no reply."""
 
@@ -93,7 +117,7 @@ class AssignmentBatch(Event, tag="assignment_batch", frozen=True):
     """The assignments one check-in batch gave one job. Topic venn.assignments, key job_id."""
 
     job_id: Id
-    assignments: list[Assignment]
+    assignments: Annotated[list[Assignment], msgspec.Meta(max_length=BATCH_MAX)]
 
 
 def unbatch(event: Event) -> list[Event]:
@@ -127,16 +151,16 @@ class CheckinsDeclined(Event, tag="checkins_declined", frozen=True):
     """The check-ins of one batch that got no assignment. Topic venn.replies."""
 
     reply_to: Id
-    checkin_ids: list[str]
+    checkin_ids: Annotated[list[CheckinId], msgspec.Meta(max_length=BATCH_MAX)]
 
 
 class DeviceResult(Event, tag="device_result", frozen=True):
     job_id: Id
-    round_index: NonNegInt
+    round_index: RoundIndex
     device_id: Id
     ok: bool
-    response_time_s: NonNegFloat
-    reason: str | None = None
+    response_time_s: Duration
+    reason: Text | None = None
 
 
 class RoundClosed(Event, tag="round_closed", frozen=True):
@@ -144,35 +168,38 @@ class RoundClosed(Event, tag="round_closed", frozen=True):
     round_index, so (job_id, round_index) identifies exactly one close."""
 
     job_id: Id
-    round_index: NonNegInt
+    round_index: RoundIndex
     outcome: Literal["succeeded", "failed"]
-    demand: PosInt
-    assigned: NonNegInt
-    results: NonNegInt
-    opened_at: float
-    closed_at: float
-    reason: str
-    sched_delay_s: NonNegFloat
-    response_time_s: NonNegFloat
+    demand: Demand
+    assigned: Count
+    results: Count
+    opened_at: Timestamp
+    closed_at: Timestamp
+    reason: Text
+    sched_delay_s: Duration
+    response_time_s: Duration
 
 
 class JobFinished(Event, tag="job_finished", frozen=True):
     job_id: Id
-    rounds_completed: NonNegInt
-    arrival: float
-    finished_at: float
-    jct_s: NonNegFloat
+    rounds_completed: RoundCount
+    arrival: Timestamp
+    finished_at: Timestamp
+    jct_s: Duration
 
 
 class DeadLetter(Event, tag="dead_letter", frozen=True):
-    original: str
-    """base64 of the original message value."""
-    reason: str
-    source_topic: str
-    partition: int
-    offset: int
+    original: Base64
+    """base64 of (at most the first ORIGINAL_PREFIX_MAX bytes of) the original value."""
+    original_size: Size
+    original_sha256: Sha256
+    reason: Text
+    source_topic: TopicName
+    partition: Partition
+    offset: Offset
 
     def original_bytes(self) -> bytes:
+        """The kept prefix of the original value (all of it when it was small enough)."""
         return base64.b64decode(self.original)
 
 
@@ -303,8 +330,8 @@ class _BatchEnvelope(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     schema_version: Literal[1] = 1
     event_id: Id
     time: float
-    checkins: list[msgspec.Raw]
-    reply_to: str | None = None
+    checkins: Annotated[list[msgspec.Raw], msgspec.Meta(max_length=BATCH_MAX)]
+    reply_to: Id | None = None
 
 
 _envelope_decoder = msgspec.json.Decoder(_BatchEnvelope)
@@ -377,16 +404,29 @@ def _classify(message: str) -> InvalidEvent:
     return InvalidEvent("invalid_value", message)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def clean_text(text: str, limit: int = TEXT_MAX) -> str:
+    """``text`` as a valid Text field: control characters replaced, cut to ``limit``."""
+    cleaned = _CONTROL.sub(" ", text)
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+
+
 def dead_letter_for(
     raw: bytes | None, reason: str, topic: str, partition: int, offset: int, now: float
 ) -> DeadLetter:
-    """The dead letter for a bad message; its event_id is derived from the message position
-    so re-processing the same bad message yields the same dead letter id."""
+    """The dead letter for a bad message, bounded whatever the message's size: a prefix of
+    the original plus its size and SHA-256. Its event_id is derived from the message
+    position, so re-processing the same bad message yields the same dead letter id."""
+    original = raw or b""
     return DeadLetter(
         event_id=f"dead:{topic}:{partition}:{offset}",
-        time=now,
-        original=base64.b64encode(raw or b"").decode("ascii"),
-        reason=reason,
+        time=min(max(now, 0.0), 1e11),
+        original=base64.b64encode(original[:ORIGINAL_PREFIX_MAX]).decode("ascii"),
+        original_size=len(original),
+        original_sha256=hashlib.sha256(original).hexdigest(),
+        reason=clean_text(reason),
         source_topic=topic,
         partition=partition,
         offset=offset,

@@ -83,6 +83,8 @@ class GatewayStats:
     late_released: int = 0
     """A late assignment released with a failed DeviceResult."""
     internal_errors: int = 0
+    bad_records: int = 0
+    """Malformed records read (dead-lettered here only when addressed to this gateway)."""
 
 
 def _expire(fut: asyncio.Future[Any]) -> None:
@@ -222,6 +224,17 @@ class Gateway:
         return self.inflight >= self.config.max_inflight or self.lag_s > self.config.max_lag_s
 
     # -- the assignments/jobs/rounds consumer ------------------------------------------
+    async def _dead_letter(
+        self, raw: bytes | None, reason: str, tp: TopicPartition, offset: int
+    ) -> None:
+        letter = ev.dead_letter_for(raw, reason, tp.topic, tp.partition, offset, time.time())
+        try:
+            assert self.producer is not None
+            await self.producer.send(topics.DEAD_LETTERS, ev.encode(letter), key=self.id.encode())
+        except Exception:  # a dead letter must not stop the answers
+            self.stats.kafka_errors += 1
+            log.exception("could not dead-letter %s@%d", tp, offset)
+
     async def _consume(self, follow: set[TopicPartition], ends: dict[TopicPartition, int]) -> None:
         consumer = self.consumer
         assert consumer is not None
@@ -243,8 +256,13 @@ class Gateway:
                 for m in messages:
                     try:
                         event = ev.decode(m.value, allowed, max_bytes)
-                    except ev.InvalidEvent:
-                        continue  # the scheduler dead-letters it; nothing to answer
+                    except ev.InvalidEvent as exc:
+                        self.stats.bad_records += 1
+                        if tp.topic == topics.REPLIES and m.key == self.id.encode():
+                            # Replies addressed to this gateway are its own to dead-letter;
+                            # everything else read here has another owner.
+                            await self._dead_letter(m.value, exc.reason, tp, m.offset)
+                        continue
                     if isinstance(event, ev.CheckinsDeclined):
                         self._on_declined(event)
                         continue

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, TypeVar
+from typing import TypeVar
 
 import msgspec
 
-DeviceId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-JobId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-AttrName = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
-NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-MAX_ATTRS = 64
+from venn.fields import Attrs, Bandwidth, Duration, Id, RoundIndex, Speed, Text
 
 T = TypeVar("T")
 
@@ -19,21 +14,21 @@ T = TypeVar("T")
 class CheckinRequest(msgspec.Struct, frozen=True):
     """`POST /v1/checkin`. Unknown top-level fields are ignored (newer device SDKs)."""
 
-    device_id: DeviceId
-    attrs: Annotated[dict[AttrName, float], msgspec.Meta(max_length=MAX_ATTRS)]
-    speed_ms_per_sample: NonNegFloat
-    bandwidth_kbps: NonNegFloat
+    device_id: Id
+    attrs: Attrs
+    speed_ms_per_sample: Speed
+    bandwidth_kbps: Bandwidth
 
 
 class ResultRequest(msgspec.Struct, frozen=True):
     """`POST /v1/results`: a device's result (or failure) for its assignment."""
 
-    device_id: DeviceId
-    job_id: JobId
-    round_index: NonNegInt
+    device_id: Id
+    job_id: Id
+    round_index: RoundIndex
     ok: bool
-    response_time_s: NonNegFloat
-    reason: Annotated[str, msgspec.Meta(max_length=1000)] | None = None
+    response_time_s: Duration
+    reason: Text | None = None
 
 
 class RequestError(Exception):
@@ -58,7 +53,8 @@ def _decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
         raise RequestError(422, "invalid_request", str(exc)) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        # Invalid UTF-8 and nesting deeper than the decoder's limit are malformed bodies too.
         raise RequestError(400, "malformed_json", f"the body is not valid JSON ({exc})") from None
 
 

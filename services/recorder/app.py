@@ -1,8 +1,14 @@
-"""Audit recorder: consume venn.rounds and venn.jobs, write the audit DB, dead-letter junk.
+"""Audit recorder: consume venn.rounds and venn.jobs, write the audit DB.
 
 Delivery is at least once: offsets are committed only after the batch is in the database
 (and its dead letters are acknowledged by the broker), and every write is idempotent, so a
 crash between the two only replays events that are then ignored.
+
+Malformed records on these topics are the scheduler's to dead-letter (it owns both inputs,
+`venn.broker.topics.DEAD_LETTER_OWNER`); the recorder skips and counts them. What it
+dead-letters is its own finding: a valid event the database refuses (a constraint, a value
+it cannot hold). Such an event never blocks the ones after it; a database that cannot be
+reached is retried with backoff until it answers.
 """
 
 from __future__ import annotations
@@ -12,10 +18,11 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from venn.audit import job_rows_from_events, make_engine, record_jobs, record_rounds, round_row
 from venn.broker import topics
@@ -37,9 +44,6 @@ from venn.settings import Settings
 log = logging.getLogger("venn.recorder")
 
 AUDITED = (RoundClosed, JobRegistered, JobFinished, JobCancelled)
-
-# A dead letter carries the original bytes; cap them so the dead letter itself stays sendable.
-MAX_ORIGINAL_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,31 +69,42 @@ class RecorderStats:
     rounds_added: int = 0
     jobs_touched: int = 0
     dead_letters: int = 0
+    """Valid events the database refused."""
+    invalid: int = 0
+    """Malformed records skipped (the scheduler dead-letters them)."""
     ignored: int = 0
     """Valid events this service has no use for (e.g. round_requested)."""
     db_retries: int = 0
     reasons: list[str] = field(default_factory=list)
 
 
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
+
+
 @dataclass(slots=True)
 class _Batch:
-    events: list[Event] = field(default_factory=list)
-    dead: list[tuple[ConsumerRecord[bytes, bytes], str]] = field(default_factory=list)
+    items: list[tuple[Record, Event]] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+    @property
+    def events(self) -> list[Event]:
+        return [event for _, event in self.items]
 
 
 def _classify(
-    records: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]],
+    records: dict[TopicPartition, list[Record]],
     names: RecorderTopics,
     max_bytes: int,
+    stats: RecorderStats,
 ) -> _Batch:
     batch = _Batch()
     for tp, recs in records.items():
         for rec in recs:
             try:
-                batch.events.append(decode(rec.value, names.allowed(tp.topic), max_bytes))
+                batch.items.append((rec, decode(rec.value, names.allowed(tp.topic), max_bytes)))
             except InvalidEvent as exc:
-                batch.dead.append((rec, exc.reason))
+                stats.invalid += 1
+                log.debug("skipped %s:%d@%d: %s", rec.topic, rec.partition, rec.offset, exc)
         if recs:
             batch.offsets[tp] = recs[-1].offset + 1
     return batch
@@ -102,35 +117,66 @@ def _write(engine: Engine, events: Sequence[Event]) -> tuple[int, int]:
         return record_rounds(conn, rounds), record_jobs(conn, jobs)
 
 
-async def _write_until_done(
+def _transient(exc: Exception) -> bool:
+    """A database that cannot be reached (retry) rather than one that refuses the rows."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+class _Stopped(Exception):
+    pass
+
+
+async def _write_retrying(
     engine: Engine, events: Sequence[Event], stop: asyncio.Event, stats: RecorderStats
-) -> tuple[int, int] | None:
-    """Retry the DB write with backoff (the batch must not be skipped); None if stopped."""
+) -> tuple[int, int]:
+    """Write, retrying with backoff while the database cannot be reached. Raises what the
+    database refuses (DBAPIError), or _Stopped when stopped first."""
     delay = 0.2
     while True:
         try:
             return await asyncio.to_thread(_write, engine, events)
-        except Exception:
+        except Exception as exc:
+            if not _transient(exc):
+                raise
             stats.db_retries += 1
-            log.exception("audit write failed; retrying in %.1fs", delay)
+            log.warning("audit database unavailable (%s); retrying in %.1fs", exc, delay)
         try:
             await asyncio.wait_for(stop.wait(), delay)
-            return None
+            raise _Stopped
         except TimeoutError:
             delay = min(delay * 2, 10.0)
 
 
+async def _record(
+    engine: Engine, batch: _Batch, stop: asyncio.Event, stats: RecorderStats
+) -> tuple[tuple[int, int], list[tuple[Record, str]]]:
+    """Write the batch; if the database refuses it, write event by event and return the
+    refused ones with the database's reason, so that none blocks the others."""
+    try:
+        return await _write_retrying(engine, batch.events, stop, stats), []
+    except DBAPIError as exc:
+        log.warning("audit batch refused (%s); writing event by event", exc.orig)
+    rounds = jobs = 0
+    refused: list[tuple[Record, str]] = []
+    for rec, event in batch.items:
+        try:
+            added, touched = await _write_retrying(engine, [event], stop, stats)
+        except DBAPIError as exc:
+            refused.append((rec, f"audit write refused by the database: {exc.orig}"))
+            continue
+        rounds, jobs = rounds + added, jobs + touched
+    return (rounds, jobs), refused
+
+
 async def _send_dead_letters(
-    producer: AIOKafkaProducer, topic: str, dead: list[tuple[ConsumerRecord[bytes, bytes], str]]
+    producer: AIOKafkaProducer, topic: str, dead: list[tuple[Record, str]]
 ) -> None:
     futures = []
     for rec, reason in dead:
-        original = rec.value or b""
-        if len(original) > MAX_ORIGINAL_BYTES:
-            reason = f"{reason} (original truncated to {MAX_ORIGINAL_BYTES} bytes)"
-            original = original[:MAX_ORIGINAL_BYTES]
         letter = dead_letter_for(
-            original, reason, rec.topic, rec.partition, rec.offset, time.time()
+            rec.value, reason, rec.topic, rec.partition, rec.offset, time.time()
         )
         log.warning("dead letter %s:%d@%d: %s", rec.topic, rec.partition, rec.offset, reason)
         futures.append(await producer.send(topic, encode(letter), key=rec.key))
@@ -182,20 +228,21 @@ async def run_recorder(
             records = await consumer.getmany(timeout_ms=300, max_records=max_records)
             if not records:
                 continue
-            batch = _classify(records, names, settings.max_event_bytes)
-            written = await _write_until_done(engine, batch.events, stop_event, stats)
-            if written is None:
+            batch = _classify(records, names, settings.max_event_bytes, stats)
+            try:
+                written, refused = await _record(engine, batch, stop_event, stats)
+            except _Stopped:
                 break  # stopped before the write landed: leave offsets uncommitted
-            await _send_dead_letters(producer, names.dead_letters, batch.dead)
+            await _send_dead_letters(producer, names.dead_letters, refused)
             await consumer.commit(batch.offsets)
             useful = sum(1 for e in batch.events if _is_audited(e))
             stats.batches += 1
             stats.records += sum(len(r) for r in records.values())
             stats.rounds_added += written[0]
             stats.jobs_touched += written[1]
-            stats.dead_letters += len(batch.dead)
+            stats.dead_letters += len(refused)
             stats.ignored += len(batch.events) - useful
-            stats.reasons.extend(reason for _, reason in batch.dead)
+            stats.reasons.extend(reason for _, reason in refused)
     finally:
         await consumer.stop()
         await producer.stop()

@@ -13,3 +13,6 @@ ADOPTED = Counter(
 )
 DEAD_LETTERS = Counter("venn_scheduler_dead_letters", "Dead letters published", ["topic"])
 REBUILDS = Counter("venn_scheduler_rebuilds", "Core rebuilds from the tables")
+OUTPUT_ERRORS = Counter(
+    "venn_scheduler_output_errors", "Outputs that could not be sent", ["topic", "error"]
+)

@@ -21,13 +21,19 @@ outputs stay at-least-once.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from typing import Any, ClassVar
 
 import aiokafka
 import faust
+from aiokafka.errors import MessageSizeTooLargeError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TransportT
+
+from services.scheduler import metrics
+
+log = logging.getLogger(__name__)
 
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -71,13 +77,30 @@ class OutputProducer(faust_aiokafka.Producer):
     async def _send_outputs(self) -> None:
         outputs = self._outputs
         assert outputs is not None
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            while self._pending:
-                topic, key, value = self._pending.popleft()
-                await outputs.send(topic, value, key=key)  # appends to a batch
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._pending:
+                    topic, key, value = self._pending.popleft()
+                    try:
+                        await outputs.send(topic, value, key=key)  # appends to a batch
+                    except MessageSizeTooLargeError:
+                        # Outputs are bounded (venn.fields); one that is not must not stop
+                        # every later one: count it, say which, go on.
+                        metrics.OUTPUT_ERRORS.labels(topic, "too_large").inc()
+                        log.error("dropped an output of %d bytes to %s", len(value), topic)
+                self._idle.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            # A sender that died quietly left flush() waiting forever and the worker silent
+            # (issue 12, defect 1). Crash the worker instead: it exits, and a restarted one
+            # resumes from the last committed offsets.
+            metrics.OUTPUT_ERRORS.labels("any", type(exc).__name__).inc()
+            log.exception("the output sender failed; stopping the worker")
             self._idle.set()
+            await self.crash(exc)
 
     async def flush(self) -> None:
         await super().flush()

@@ -85,7 +85,34 @@ async def read_all(broker: str, topic: str, expected: int, timeout: float = 20.0
     return values
 
 
-async def test_recorder_writes_idempotently_and_dead_letters_bad_input(
+async def refuse_rounds_of(url: str, job_id: str, unique: str, install: bool) -> None:
+    """A trigger that makes the real database refuse this job's round rows (a DataError),
+    as a constraint or a column too small for a value would."""
+    engine = make_engine(url)
+    statements = (
+        [
+            f"""CREATE FUNCTION refuse_{unique}() RETURNS trigger AS $$ BEGIN
+                IF NEW.job_id = '{job_id}' THEN
+                    RAISE EXCEPTION 'value too long for the test' USING ERRCODE = '22001';
+                END IF; RETURN NEW; END $$ LANGUAGE plpgsql""",
+            f"""CREATE TRIGGER refuse_{unique} BEFORE INSERT ON round_audit
+                FOR EACH ROW EXECUTE FUNCTION refuse_{unique}()""",
+        ]
+        if install
+        else [
+            f"DROP TRIGGER IF EXISTS refuse_{unique} ON round_audit",
+            f"DROP FUNCTION IF EXISTS refuse_{unique}()",
+        ]
+    )
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.execute(sa.text(statement))
+    finally:
+        engine.dispose()
+
+
+async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals(
     broker: str, pg_url: str, unique: str
 ) -> None:
     names = RecorderTopics(
@@ -99,6 +126,7 @@ async def test_recorder_writes_idempotently_and_dead_letters_bad_input(
     await ensure_topics(broker, 2, names=[names.rounds, names.jobs, names.dead_letters])
     job = f"job-{unique}"
     other = f"other-{unique}"
+    refused = f"refused-{unique}"
     k = job.encode()
     registered = JobRegistered(
         event_id=f"{job}-reg", time=1.0, job_id=job, requirement={"ram": 2.0},
@@ -133,9 +161,14 @@ async def test_recorder_writes_idempotently_and_dead_letters_bad_input(
         (names.jobs, RoundRequested(event_id="rr", time=2.0, job_id=job, round_index=3, demand=4)),
         (names.rounds, closed(other, 0)),
     ]
+    # Issue 12, defect 3: an event the database would not take wedged the recorder (it
+    # retried forever and audited nothing after it). It is dead-lettered alone now.
+    refused_close = closed(refused, 0)
     messages = [(t, k, encode(e)) for t, e in valid_before]
     messages += [(t, k, raw) for t, raw, _ in bad]
+    messages += [(names.rounds, refused.encode(), encode(refused_close))]
     messages += [(t, e.job_id.encode(), encode(e)) for t, e in valid_after]  # type: ignore[attr-defined]
+    await refuse_rounds_of(pg_url, refused, unique, install=True)
 
     stop = asyncio.Event()
     stats = RecorderStats()
@@ -149,7 +182,8 @@ async def test_recorder_writes_idempotently_and_dead_letters_bad_input(
         stop.set()
         first = await asyncio.wait_for(task, 30)
         assert first.records == len(messages)
-        assert first.dead_letters == len(bad)
+        assert first.invalid == len(bad)  # the scheduler owns these inputs' dead letters
+        assert first.dead_letters == 1  # the refused one
         assert first.rounds_added == 4  # job r0, r1, r2 and other r0
         assert first.ignored == 1  # round_requested is not audited
 
@@ -176,17 +210,14 @@ async def test_recorder_writes_idempotently_and_dead_letters_bad_input(
         ]
         assert [tuple(r) for r in jobs] == [(1.0, 4, 2, 13.0, 2, 12.0)]
 
-        raw_letters = await read_all(broker, names.dead_letters, 4)
+        raw_letters = await read_all(broker, names.dead_letters, 1)
         letters = [cast(DeadLetter, decode(v, (DeadLetter,))) for v in raw_letters]
-        assert len(letters) == len(bad)
-        by_original = {dl.original_bytes(): dl for dl in letters}
-        for topic, raw, kind in bad:
-            dl = by_original[raw]
-            assert dl.source_topic == topic
-            assert dl.reason.startswith(f"{kind}: ")
-        assert "round_index" in by_original[bad[1][1]].reason
-        assert "4096" in by_original[bad[2][1]].reason
-        assert "device_checkin" in by_original[bad[3][1]].reason
+        assert len(letters) == 1
+        (letter,) = letters
+        assert letter.original_bytes() == encode(refused_close)
+        assert letter.source_topic == names.rounds
+        assert letter.reason.startswith("audit write refused by the database")
+        assert "value too long for the test" in letter.reason
 
         # Restart with the same group: committed offsets hold, and a full replay of every
         # valid event changes nothing.
@@ -202,7 +233,7 @@ async def test_recorder_writes_idempotently_and_dead_letters_bad_input(
         stop2.set()
         second = await asyncio.wait_for(task2, 30)
         assert second.records == len(replay)
-        assert (second.rounds_added, second.dead_letters) == (0, 0)
+        assert (second.rounds_added, second.dead_letters, second.invalid) == (0, 0, 0)
         with engine.connect() as conn:
             count = conn.execute(
                 sa.text("SELECT count(*) FROM round_audit WHERE job_id IN (:a, :b)"),
@@ -212,4 +243,5 @@ async def test_recorder_writes_idempotently_and_dead_letters_bad_input(
     finally:
         stop.set()
         engine.dispose()
+        await refuse_rounds_of(pg_url, refused, unique, install=False)
         await delete_topics(broker, [names.rounds, names.jobs, names.dead_letters])

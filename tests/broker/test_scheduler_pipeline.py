@@ -1,4 +1,4 @@
-"""The scheduler worker (a real Faust process) against the session's Tansu broker.
+"""The scheduler worker (a real Faust process) against the session's broker.
 
 Topics are shared with every other test of the run, so each test uses its own job and
 device ids and its own requirement attribute (`cpu_<token>`): jobs of other tests can
@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from services.scheduler.process import kill_worker, prepare_topics, start_worker, stop_worker
 from venn import events as ev
+from venn import fields
 from venn.broker import topics
 from venn.broker.process import free_port
 from venn.settings import Settings
@@ -328,6 +329,9 @@ def bad_inputs(tok: str) -> dict[str, list[tuple[bytes, str]]]:
             (_raw(rr, job_id=...), "missing_field"),
             (ev.encode(rr), "unknown job"),
             (_oversized(rr), "oversized"),
+            # issue 12, defect 2: schema-valid once, and every check-in batch then failed
+            (_raw(job(f"huge-{tok}", "cpu_f", 1), demand=2**63), "invalid_value"),
+            (_raw(job(f"nul-{tok}", "cpu_f", 1), job_id=f"nul\x00{tok}"), "invalid_value"),
         ],
         topics.ROUNDS: [
             (garbage, "not_json"),
@@ -335,6 +339,7 @@ def bad_inputs(tok: str) -> dict[str, list[tuple[bytes, str]]]:
             (_raw(rc, outcome=...), "missing_field"),
             (ev.encode(rc), "unknown job"),
             (_oversized(rc), "oversized"),
+            (_raw(rc, round_index=2**31), "invalid_value"),
         ],
         topics.RESULTS: [
             (garbage, "not_json"),
@@ -367,7 +372,8 @@ async def test_bad_input_goes_to_dead_letters(stack: tuple[Bus, Worker]) -> None
         assert fragment in letter.reason, (topic, letter.reason)
         assert topic in letter.reason
         assert letter.source_topic == topic
-        assert letter.original_bytes() == value
+        assert letter.original_bytes() == value[: fields.ORIGINAL_PREFIX_MAX]
+        assert letter.original_size == len(value)
 
     # The worker is still alive and processing valid input.
     attr, job_id = f"cpu_{tok}", f"after-{tok}"
@@ -376,6 +382,33 @@ async def test_bad_input_goes_to_dead_letters(stack: tuple[Bus, Worker]) -> None
     await bus.barrier(topics.JOBS)
     await checkins(bus, [f"ok-{tok}"], {attr: 2})
     await bus.wait_for(lambda: len(bus.assigned({job_id})) == 1)
+    await bus.send(topics.ROUNDS, finished(job_id))
+
+
+async def test_a_record_of_any_size_leaves_scheduling_running(stack: tuple[Bus, Worker]) -> None:
+    """Issue 12, defect 1: a record of about 790 KB or more on a scheduler input was
+    dead-lettered whole (over 1 MiB in base64), the output producer's sender died, and the
+    worker emitted nothing more, for good. Now its dead letter keeps a bounded prefix."""
+    bus, _ = stack
+    tok = uuid.uuid4().hex[:8]
+    huge = b"{" + tok.encode() + b"x" * 900_000
+    metas = [
+        (t, await bus.send(t, huge, key=f"k-{tok}".encode()))
+        for t in (topics.CHECKINS, topics.JOBS)
+    ]
+    for topic, meta in metas:
+        letter = await bus.dead_letter_of(topic, meta)
+        assert "oversized" in letter.reason
+        assert letter.original_size == len(huge)
+        assert letter.original_bytes() == huge[: fields.ORIGINAL_PREFIX_MAX]
+        assert len(ev.encode(letter)) < 8192
+
+    attr, job_id = f"cpu_{tok}", f"big-after-{tok}"
+    await bus.send(topics.JOBS, job(job_id, attr, 1, demand=2))
+    await bus.send(topics.JOBS, round_request(job_id, 0, 2))
+    await bus.barrier(topics.JOBS)
+    await checkins(bus, [f"ok{i}-{tok}" for i in range(2)], {attr: 2})
+    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 2)
     await bus.send(topics.ROUNDS, finished(job_id))
 
 

@@ -12,6 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.exc import IntegrityError
 
+from venn import fields
 from venn.audit import (
     Base,
     create_database,
@@ -24,7 +25,7 @@ from venn.audit import (
     round_row,
     upgrade_database,
 )
-from venn.events import JobCancelled, JobFinished, JobRegistered, RoundClosed
+from venn.events import JobCancelled, JobFinished, JobRegistered, RoundClosed, decode, encode
 
 
 @pytest.fixture
@@ -187,5 +188,58 @@ def test_batch_larger_than_a_chunk_is_written(pg_url: str) -> None:
                 sa.text("SELECT count(*) FROM round_audit WHERE job_id = :j"), {"j": job}
             ).scalar_one()
         assert count == 1234
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_every_value_the_events_allow_fits_the_audit_tables(
+    backend: str, pg_url: str, tmp_path: Path
+) -> None:
+    """Defect 3 of issue 12: valid events the tables could not hold (a job id over 200
+    characters, integers of 2**31, NUL characters) wedged the recorder. Now the events'
+    bounds are what the tables hold: values at every bound are written and read back."""
+    url = pg_url if backend == "postgresql" else f"sqlite:///{tmp_path / 'b.sqlite'}"
+    if backend == "sqlite":
+        upgrade_database(url)
+    job = "é" + "j" * (fields.ID_MAX - 1)  # multi-byte, at the length bound
+    text = "ü" * fields.TEXT_MAX
+    registered = JobRegistered(
+        event_id="e" * fields.EVENT_ID_MAX, time=fields.TIME_MAX, job_id=job,
+        requirement={f"a{i}": -fields.MEASURE_MAX for i in range(fields.ATTRS_MAX)},
+        demand=fields.DEMAND_MAX, rounds=fields.ROUNDS_MAX, deadline_s=fields.DURATION_MAX,
+        workload_s=fields.DURATION_MAX,
+    )  # fmt: skip
+    close = RoundClosed(
+        event_id="c" * fields.EVENT_ID_MAX, time=fields.TIME_MAX, job_id=job,
+        round_index=fields.INDEX_MAX, outcome="failed", demand=fields.DEMAND_MAX,
+        assigned=fields.DEMAND_MAX, results=fields.DEMAND_MAX, opened_at=fields.TIME_MAX,
+        closed_at=fields.TIME_MAX, reason=text, sched_delay_s=fields.DURATION_MAX,
+        response_time_s=fields.DURATION_MAX,
+    )  # fmt: skip
+    finished = JobFinished(
+        event_id="f" * fields.EVENT_ID_MAX, time=fields.TIME_MAX, job_id=job,
+        rounds_completed=fields.INDEX_MAX, arrival=0.0, finished_at=fields.TIME_MAX,
+        jct_s=fields.DURATION_MAX,
+    )  # fmt: skip
+    cancel = JobCancelled(event_id="x" * fields.EVENT_ID_MAX, time=1.0, job_id=job, reason=text)
+    for event in (registered, close, finished, cancel):  # each one a valid event
+        assert decode(encode(event), max_bytes=1 << 20) == event
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            assert record_rounds(conn, [round_row(close)]) == 1
+            record_jobs(conn, job_rows_from_events([registered, finished, cancel]))
+        with engine.connect() as conn:
+            got = conn.execute(
+                sa.text("SELECT round_index, reason, event_id FROM round_audit WHERE job_id = :j"),
+                {"j": job},
+            ).one()
+            demand, rounds_completed = conn.execute(
+                sa.text("SELECT demand, rounds_completed FROM job_audit WHERE job_id = :j"),
+                {"j": job},
+            ).one()
+        assert tuple(got) == (fields.INDEX_MAX, text, close.event_id)
+        assert (demand, rounds_completed) == (fields.DEMAND_MAX, fields.INDEX_MAX)
     finally:
         engine.dispose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from typing import Any, cast
 
@@ -13,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from referencing import Registry, Resource
 
-from venn import events
+from venn import events, fields, schema_files
 from venn.events import (
     EVENT_TYPES,
     Assignment,
@@ -304,6 +305,8 @@ def test_dead_letter_keeps_original_bytes_and_position() -> None:
     original = b"\x00\x01 not json \xff"
     dl = dead_letter_for(original, "not_json: boom", "venn.rounds", 3, 99, now=12.0)
     assert dl.original_bytes() == original
+    assert dl.original_size == len(original)
+    assert dl.original_sha256 == hashlib.sha256(original).hexdigest()
     assert base64.b64decode(dl.original) == original
     assert (dl.source_topic, dl.partition, dl.offset, dl.reason) == (
         "venn.rounds",
@@ -314,6 +317,110 @@ def test_dead_letter_keeps_original_bytes_and_position() -> None:
     assert dl.event_id == dead_letter_for(b"", "", "venn.rounds", 3, 99, 0.0).event_id
     validator(DeadLetter).validate(as_dict(dl))
     assert decode(encode(dl), allowed=(DeadLetter,)) == dl
+
+
+def test_a_dead_letter_stays_small_whatever_the_size_of_the_original() -> None:
+    """Defect 1 of issue 12: a 790 KB record was dead-lettered whole (over 1 MiB in base64),
+    above the producer's request size, and stopped the scheduler for good."""
+    original = bytes(range(256)) * 40_000  # 10 MB
+    reason = "oversized:\x00 " + "y" * 5000 + "\nsecond line"
+    dl = dead_letter_for(original, reason, "venn.checkins", 0, 1, now=1.0)
+    raw = encode(dl)
+    assert len(raw) < 8 * 1024
+    assert dl.original_bytes() == original[: fields.ORIGINAL_PREFIX_MAX]
+    assert dl.original_size == len(original)
+    assert dl.original_sha256 == hashlib.sha256(original).hexdigest()
+    assert len(dl.reason) <= fields.TEXT_MAX and "\x00" not in dl.reason and "\n" not in dl.reason
+    assert decode(raw, allowed=(DeadLetter,)) == dl
+    validator(DeadLetter).validate(as_dict(dl))
+
+
+def test_schema_bounds_agree_with_the_models() -> None:
+    assert schema_files.differences() == []
+
+
+def _past(prop: dict[str, Any]) -> Any:
+    """A value just past the upper bound of a property, or None when it has none."""
+    if "maximum" in prop:
+        top = prop["maximum"]
+        return top + 1 if isinstance(top, int) else top * 1.5
+    if "maxLength" in prop:
+        return "a" * (prop["maxLength"] + 1)
+    if "maxItems" in prop:
+        return None  # items of batches: checked below with real items
+    if "maxProperties" in prop:
+        return {f"a{i}": 1.0 for i in range(prop["maxProperties"] + 1)}
+    return None
+
+
+@pytest.mark.parametrize("event", ALL, ids=IDS)
+def test_schema_upper_bounds_are_enforced_by_the_model(event: Event) -> None:
+    schema = load_schema(type(event))
+    checked = 0
+    for name, prop in schema["properties"].items():
+        value = _past(prop)
+        if value is None:
+            continue
+        doc = as_dict(event)
+        doc[name] = value
+        err = rejected_by_both(type(event), doc)
+        assert err.kind == "invalid_value", err
+        checked += 1
+    assert checked >= 2  # at least event_id and time
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("job_id", "job\x00"),
+        ("job_id", "has space"),
+        ("job_id", "line\nbreak"),
+        ("job_id", "j" * (fields.ID_MAX + 1)),
+        ("demand", 2**63),
+        ("demand", fields.DEMAND_MAX + 1),
+        ("rounds", 2**31),
+        ("deadline_s", 1e300),
+        ("requirement", {"ram": 1e300}),
+        ("requirement", {"bad name": 1.0}),
+        ("requirement", {f"a{i}": 1.0 for i in range(fields.ATTRS_MAX + 1)}),
+    ],
+)
+def test_values_no_store_can_hold_are_rejected(field: str, value: Any) -> None:
+    """Defects 2 and 3 of issue 12: demand 2**63 broke every check-in batch in the core's
+    int64 tables; a job id over 200 characters, integers of 2**31 and NUL characters
+    wedged the recorder."""
+    doc = as_dict(SAMPLES[JobRegistered])
+    doc[field] = value
+    assert rejected_by_both(JobRegistered, doc).kind == "invalid_value"
+
+
+def test_values_at_the_bounds_are_accepted() -> None:
+    doc = as_dict(SAMPLES[JobRegistered])
+    doc.update(
+        job_id="j" * fields.ID_MAX,
+        demand=fields.DEMAND_MAX,
+        rounds=fields.ROUNDS_MAX,
+        requirement={f"a{i}": fields.MEASURE_MAX for i in range(fields.ATTRS_MAX)},
+        deadline_s=fields.DURATION_MAX,
+        time=fields.TIME_MAX,
+    )
+    validator(JobRegistered).validate(doc)
+    event = decode(json.dumps(doc).encode())
+    assert isinstance(event, JobRegistered) and event.demand == fields.DEMAND_MAX
+
+
+def test_batches_are_bounded() -> None:
+    checkin = as_dict(SAMPLES[DeviceCheckin])
+    doc = as_dict(SAMPLES[CheckinBatch])
+    doc["checkins"] = [checkin] * (fields.BATCH_MAX + 1)
+    assert not validator(CheckinBatch).is_valid(doc)
+    raw = json.dumps(doc).encode()
+    with pytest.raises(InvalidEvent) as info:
+        decode(raw, max_bytes=len(raw))
+    assert info.value.kind == "invalid_value"
+    doc["checkins"] = [checkin] * fields.BATCH_MAX
+    raw = json.dumps(doc).encode()
+    assert len(decode(raw, max_bytes=len(raw)).checkins) == fields.BATCH_MAX  # type: ignore[attr-defined]
 
 
 def test_keys() -> None:
@@ -336,8 +443,16 @@ JSON_SCALARS = (
     st.none()
     | st.booleans()
     | st.integers(min_value=-3, max_value=3)
+    # at and past every integer bound: int32, int64, the demand and round limits
+    | st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, 2**63, 2**64, -(2**63) - 1])
+    | st.sampled_from([fields.DEMAND_MAX, fields.DEMAND_MAX + 1, fields.ROUNDS_MAX + 1])
     | st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: not x.is_integer())
+    | st.sampled_from([fields.TIME_MAX, fields.TIME_MAX * 2, fields.MEASURE_MAX * 2, 1e308])
     | st.text(max_size=3)
+    | st.text(alphabet=st.characters(max_codepoint=0x9F), max_size=4)  # control characters
+    | st.sampled_from([fields.ID_MAX, fields.ID_MAX + 1, fields.EVENT_ID_MAX + 1]).map(
+        lambda n: "x" * n
+    )
 )
 
 

@@ -17,6 +17,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from venn.fields import EVENT_ID_MAX
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -37,7 +39,7 @@ class JobAudit(Base):
 
     __tablename__ = "job_audit"
 
-    job_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(200), primary_key=True)  # ids: ID_MAX
     registered_at: Mapped[float | None] = mapped_column(Float)
     demand: Mapped[int | None] = mapped_column(Integer)
     rounds: Mapped[int | None] = mapped_column(Integer)
@@ -89,7 +91,7 @@ class RoundAudit(Base):
     reason: Mapped[str] = mapped_column(Text, nullable=False, default="")
     sched_delay_s: Mapped[float | None] = mapped_column(Float)
     response_time_s: Mapped[float | None] = mapped_column(Float)
-    event_id: Mapped[str] = mapped_column(String(200), nullable=False)
+    event_id: Mapped[str] = mapped_column(String(EVENT_ID_MAX), nullable=False)
     recorded_at: Mapped[object] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), nullable=False
     )

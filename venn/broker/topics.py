@@ -41,6 +41,18 @@ ALL_TOPICS: tuple[str, ...] = (
     REPLIES,
 )
 
+DEAD_LETTER_OWNER: dict[str, str] = {
+    CHECKINS: "scheduler",
+    JOBS: "scheduler",
+    RESULTS: "scheduler",
+    ROUNDS: "scheduler",
+    ASSIGNMENTS: "scheduler",
+    REPLIES: "gateway",
+}
+"""The one service that dead-letters a malformed record of each topic, so every bad record
+gets exactly one dead letter; every other reader skips it and counts it. (The scheduler
+reads every input; a reply is dead-lettered by the gateway it is addressed to.)"""
+
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3
 

@@ -63,7 +63,7 @@ class ClientStats:
 
     dispatched: int = 0
     ignored: int = 0  # valid events for jobs this client does not serve (or stale ones)
-    invalid: int = 0  # malformed messages, sent to the dead-letter topic
+    invalid: int = 0  # malformed messages, skipped (the scheduler dead-letters them)
 
 
 class VennClient:
@@ -287,8 +287,10 @@ class VennClient:
                     try:
                         event = events.decode(record.value, allowed, self.max_event_bytes)
                     except events.InvalidEvent as exc:
+                        # One dead letter per bad record, from its owner (topics.DEAD_LETTER_OWNER),
+                        # not one more per running client.
                         self.stats.invalid += 1
-                        await self._dead_letter(record.value, exc.reason, tp, record.offset)
+                        log.debug("skipped %s@%d: %s", tp, record.offset, exc)
                         continue
                     self._route(event)
 
@@ -303,15 +305,6 @@ class VennClient:
         elif isinstance(event, DeviceResult):
             sub.results.put_nowait(event)
         self.stats.dispatched += 1
-
-    async def _dead_letter(
-        self, raw: bytes | None, reason: str, tp: TopicPartition, offset: int
-    ) -> None:
-        letter = events.dead_letter_for(raw, reason, tp.topic, tp.partition, offset, time.time())
-        try:
-            await self._send(topics.DEAD_LETTERS, letter)
-        except Exception:  # a dead letter must never take the client down
-            log.exception("could not publish a dead letter for %s:%s", tp, offset)
 
 
 async def _drain(queue: asyncio.Queue[E | object], kind: type[E]) -> AsyncIterator[E]:

@@ -1,0 +1,85 @@
+"""The bounds of every event field, in one place: what every store and array downstream can
+hold (Postgres `integer` and `varchar(200)` columns, the core's int64 numpy tables, JSON
+columns), so that a value that passes decoding can never wedge a consumer.
+
+The event models (`venn.events`), the gateway's request bodies and the JSON Schemas in
+`schemas/` all use these; tests/pure/test_events.py checks that schemas and models agree.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+ID_MAX = 128
+"""Job and device ids."""
+CHECKIN_ID_MAX = 64
+"""A check-in's event id: assignment ids embed it (`asg:<checkin id>:<job>:<round>`)."""
+EVENT_ID_MAX = 256
+TEXT_MAX = 1024
+URL_MAX = 2048
+ATTR_NAME_MAX = 64
+ATTRS_MAX = 32
+"""Attributes a device reports, or thresholds a requirement sets."""
+BATCH_MAX = 1024
+"""Items in one batch event (check-ins, assignments, declined check-in ids)."""
+DEMAND_MAX = 100_000
+"""Devices per round (D): far above any FL round, far below int32."""
+ROUNDS_MAX = 100_000
+INDEX_MAX = 2**31 - 1
+"""Round attempt index: a Postgres integer."""
+TIME_MAX = 1e11
+"""Seconds: a wall-clock epoch time (year ~5100) or a trace time."""
+DURATION_MAX = 1e9
+"""Seconds: about 31 years."""
+MEASURE_MAX = 1e12
+"""Attribute values and thresholds (RAM in bytes fits)."""
+SPEED_MAX = 1e7
+"""Milliseconds per sample."""
+BANDWIDTH_MAX = 1e9
+"""kbit/s."""
+ORIGINAL_PREFIX_MAX = 4096
+"""Bytes of a bad message a dead letter keeps (base64-encoded in it), with its size and hash."""
+
+# No control characters, no whitespace: safe as a Kafka key, a URL segment and a varchar.
+_ID_PATTERN = r"^[^\x00-\x20\x7f-\x9f]+$"
+# Free text: no control characters (Postgres text refuses NUL; logs and terminals the rest).
+_TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
+_ATTR_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]*$"
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=ID_MAX, pattern=_ID_PATTERN)]
+EventId = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=EVENT_ID_MAX, pattern=_ID_PATTERN)
+]
+CheckinId = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=CHECKIN_ID_MAX, pattern=_ID_PATTERN)
+]
+Text = Annotated[str, msgspec.Meta(max_length=TEXT_MAX, pattern=_TEXT_PATTERN)]
+Url = Annotated[str, msgspec.Meta(max_length=URL_MAX, pattern=_ID_PATTERN)]
+AttrName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=ATTR_NAME_MAX, pattern=_ATTR_PATTERN)
+]
+Measure = Annotated[float, msgspec.Meta(ge=-MEASURE_MAX, le=MEASURE_MAX)]
+Attrs = Annotated[dict[AttrName, Measure], msgspec.Meta(max_length=ATTRS_MAX)]
+Demand = Annotated[int, msgspec.Meta(ge=1, le=DEMAND_MAX)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=DEMAND_MAX)]
+"""Devices counted in one round (assigned, results)."""
+Rounds = Annotated[int, msgspec.Meta(ge=1, le=ROUNDS_MAX)]
+RoundCount = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
+RoundIndex = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
+Offset = Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)]
+Partition = Annotated[int, msgspec.Meta(ge=-1, le=INDEX_MAX)]
+Size = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+Timestamp = Annotated[float, msgspec.Meta(ge=0, le=TIME_MAX)]
+Duration = Annotated[float, msgspec.Meta(ge=0, le=DURATION_MAX)]
+PosDuration = Annotated[float, msgspec.Meta(gt=0, le=DURATION_MAX)]
+Speed = Annotated[float, msgspec.Meta(ge=0, le=SPEED_MAX)]
+Bandwidth = Annotated[float, msgspec.Meta(ge=0, le=BANDWIDTH_MAX)]
+TopicName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._\-]+$")
+]
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+Base64 = Annotated[
+    str, msgspec.Meta(max_length=(ORIGINAL_PREFIX_MAX + 2) // 3 * 4, pattern=r"^[A-Za-z0-9+/=]*$")
+]
