@@ -276,6 +276,20 @@ async def test_bad_input_gets_clear_4xx(stack: Stack) -> None:
         ("/v1/results", b'{"device_id": "d", "job_id": "j"}', 422, "invalid_request",
          "round_index"),
         ("/v1/results", b"nope", 400, "malformed_json", "JSON"),
+        # Issue 12, defect 8: these got 429 "retry in 2 s" and a logged traceback.
+        ("/v1/checkin", b'{"device_id": "\xff\xfe"}', 400, "malformed_json", "JSON"),
+        ("/v1/checkin", b'{"pad": ' + b"[" * 7000 + b"]" * 7000 + b"}", 400, "malformed_json",
+         "recursion"),
+        ("/v1/results", b'{"reason": "\xc3"}', 400, "malformed_json", "JSON"),
+        # Values no store downstream could hold (venn.fields).
+        ("/v1/checkin", b'{"device_id": "d\\u0000", "attrs": {}, "speed_ms_per_sample": 1, '
+         b'"bandwidth_kbps": 2}', 422, "invalid_request", "device_id"),
+        ("/v1/checkin", b'{"device_id": "' + b"d" * 129 + b'", "attrs": {}, '
+         b'"speed_ms_per_sample": 1, "bandwidth_kbps": 2}', 422, "invalid_request", "128"),
+        ("/v1/checkin", b'{"device_id": "d", "attrs": {"ram": 1e300}, "speed_ms_per_sample": 1, '
+         b'"bandwidth_kbps": 2}', 422, "invalid_request", "$.attrs"),
+        ("/v1/results", b'{"device_id": "d", "job_id": "j", "round_index": 2147483648, "ok": true, '
+         b'"response_time_s": 1}', 422, "invalid_request", "round_index"),
     ]  # fmt: skip
     before = stack.server.gateway.stats.checkins
     for path, body, status, error, fragment in cases:
