@@ -41,7 +41,10 @@ async def main_async(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    outcomes = await run_coordinator(Settings.from_env(), jobs, args.speedup, stop, clock=clock)
+    # SIGTERM leaves the jobs running: a coordinator started again resumes them.
+    outcomes = await run_coordinator(
+        Settings.from_env(), jobs, args.speedup, stop, clock=clock, cancel_on_stop=False
+    )
     for job_id, o in outcomes.items():
         print(f"{job_id}: finished={o.finished} jct_s={o.jct_s} attempts={o.attempts}")
     return 0 if all(o.finished for o in outcomes.values()) else 1

@@ -3,6 +3,11 @@ runs its rounds (request, collect, close at 80% of D or at the deadline) until d
 
 Times reported in RoundClosed/JobFinished are trace seconds of the shared TraceClock, so
 JCTs are directly comparable with the simulator's.
+
+A coordinator can be stopped (or killed) and started again: each job resumes where the log
+says it stands (`services.coordinator.resume`): a finished job stays finished, a running
+one continues at its next attempt index, an open attempt is waited for with the
+assignments and results it already had.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from services.coordinator.ledger import RoundLedger
+from services.coordinator.resume import Position, read_positions
+from venn.core.lifecycle import JobLife
 from venn.core.model import JobSpec
 from venn.events import RoundClosed
 from venn.sdk import TraceClock, VennClient
@@ -32,7 +39,7 @@ class JobProgress:
     job_id: str
     rounds: int
     demand: int
-    state: str = "waiting"  # waiting | running | finished | cancelled
+    state: str = "waiting"  # waiting | running | finished | cancelled | stopped
     rounds_done: int = 0
     attempt: int = 0
     assigned: int = 0
@@ -120,30 +127,39 @@ class JobCoordinator:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(left, POLL_S))
 
-    async def run(self, stop: asyncio.Event) -> JobOutcome:
+    async def run(
+        self, stop: asyncio.Event, position: Position | None = None, cancel_on_stop: bool = True
+    ) -> JobOutcome:
         spec, client = self.spec, self.client
-        while not stop.is_set() and self.clock.now() < spec.arrival:
-            left = self.clock.wall_seconds(spec.arrival - self.clock.now())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), min(left, POLL_S))
-        if stop.is_set():
-            return self.outcome
-        self.outcome.arrival = self.clock.now()
-        await client.register_job(
-            spec.job_id,
-            spec.requirement.as_dict(),
-            spec.demand,
-            spec.rounds,
-            spec.deadline,
-            spec.workload_s,
-        )
+        life = position.life if position is not None else None
+        if life is not None and life.ended:
+            return self._ended(life)
+        if life is not None and life.registered is not None:
+            self.outcome.arrival = self.clock.trace_at(life.registered.time)
+            client.subscribe(spec.job_id)
+        else:
+            while not stop.is_set() and self.clock.now() < spec.arrival:
+                left = self.clock.wall_seconds(spec.arrival - self.clock.now())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), min(left, POLL_S))
+            if stop.is_set():
+                return self.outcome
+            self.outcome.arrival = self.clock.now()
+            await client.register_job(
+                spec.job_id,
+                spec.requirement.as_dict(),
+                spec.demand,
+                spec.rounds,
+                spec.deadline,
+                spec.workload_s,
+            )
         self.progress.state = "running"
         followers = [
             asyncio.create_task(self._follow_assignments()),
             asyncio.create_task(self._follow_results()),
         ]
         try:
-            await self._rounds(stop)
+            await self._rounds(stop, position, cancel_on_stop)
         finally:
             for task in followers:
                 task.cancel()
@@ -152,21 +168,65 @@ class JobCoordinator:
                     await task
         return self.outcome
 
-    async def _rounds(self, stop: asyncio.Event) -> None:
+    def _ended(self, life: JobLife) -> JobOutcome:
+        """A job the log says ended before this coordinator started."""
+        self.outcome.closed = life.closes
+        if life.finished is not None:
+            self.outcome.finished = True
+            self.outcome.arrival = life.finished.arrival
+            self.outcome.finished_at = life.finished.finished_at
+            self.outcome.jct_s = self.progress.jct_s = life.finished.jct_s
+            self.progress.state = "finished"
+        else:
+            self.progress.state = "cancelled"
+        self.progress.rounds_done = life.rounds_done
+        self._report()
+        return self.outcome
+
+    def _resumed_ledger(self, position: Position | None) -> RoundLedger | None:
+        """The open attempt's ledger rebuilt from the log, or None."""
+        attempt = position.life.open_attempt if position is not None else None
+        if position is None or attempt is None or attempt.requested_at is None:
+            return None
+        spec = self.spec
+        opened_at = self.clock.trace_at(attempt.requested_at)
+        ledger = RoundLedger(
+            spec.job_id, attempt.index, attempt.demand, spec.results_needed, opened_at
+        )
+        for assignment in position.assignments:
+            ledger.on_assignment(assignment, self.clock.trace_at(assignment.time))
+        for result in position.results:
+            ledger.on_result(result)
+        return ledger
+
+    async def _rounds(
+        self, stop: asyncio.Event, position: Position | None, cancel_on_stop: bool
+    ) -> None:
         spec, client = self.spec, self.client
-        attempt = 0
+        resumed = self._resumed_ledger(position)
+        if position is not None:
+            self.outcome.closed = position.life.closes
+            self.progress.rounds_done = position.life.rounds_done
+        attempt = position.life.next_index if position is not None else 0
+        if resumed is not None:
+            attempt = resumed.round_index
         while self.progress.rounds_done < spec.rounds:
-            ledger = RoundLedger(
+            ledger = resumed or RoundLedger(
                 spec.job_id, attempt, spec.demand, spec.results_needed, self.clock.now()
             )
             self.ledger = ledger
             self.progress.attempt = attempt
             self._report()
-            await client.request_round(spec.job_id, attempt, spec.demand)
+            if resumed is None:
+                await client.request_round(spec.job_id, attempt, spec.demand)
+            resumed = None
             await self._wait_round(ledger, stop)
             if stop.is_set() and not ledger.succeeded:
-                await client.cancel_job(spec.job_id, "coordinator stopped")
-                self.progress.state = "cancelled"
+                if cancel_on_stop:
+                    await client.cancel_job(spec.job_id, "coordinator stopped")
+                    self.progress.state = "cancelled"
+                else:
+                    self.progress.state = "stopped"  # resumes when a coordinator restarts
                 self._report()
                 return
             closed = await client.close_round(
@@ -201,12 +261,19 @@ async def run_coordinator(
     on_progress: ProgressCallback | None = None,
     *,
     clock: TraceClock | None = None,
+    cancel_on_stop: bool = True,
 ) -> dict[str, JobOutcome]:
     """Coordinate ``jobs`` (arrivals in trace seconds of ``clock``) until all are finished
-    or ``stop_event`` is set (unfinished jobs are then cancelled). Returns outcomes by job id.
+    or ``stop_event`` is set (then unfinished jobs are cancelled, or, without
+    ``cancel_on_stop``, left for the next coordinator to resume). Each job starts from
+    where the log says it stands. Returns outcomes by job id.
     """
     clock = clock or TraceClock(speedup=speedup)
     async with VennClient(settings.broker, client_id="venn-coordinator") as client:
+        # After the client listens: whatever the log gets from now on reaches the client.
+        positions = await read_positions(settings.broker, [spec.job_id for spec in jobs])
         coordinators = [JobCoordinator(client, spec, clock, on_progress) for spec in jobs]
-        outcomes = await asyncio.gather(*(c.run(stop_event) for c in coordinators))
+        outcomes = await asyncio.gather(
+            *(c.run(stop_event, positions.get(c.spec.job_id), cancel_on_stop) for c in coordinators)
+        )
     return {o.spec.job_id: o for o in outcomes}

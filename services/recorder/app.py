@@ -25,6 +25,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from venn.audit import job_rows_from_events, make_engine, record_jobs, record_rounds, round_row
+from venn.audit.writes import conflicting_closes
 from venn.broker import topics
 from venn.broker.topics import ensure_topics
 from venn.events import (
@@ -110,11 +111,21 @@ def _classify(
     return batch
 
 
-def _write(engine: Engine, events: Sequence[Event]) -> tuple[int, int]:
+@dataclass(frozen=True, slots=True)
+class _Written:
+    rounds: int
+    jobs: int
+    conflicts: dict[str, str]
+    """A second, different close of an attempt -> the event id of the close that stands."""
+
+
+def _write(engine: Engine, events: Sequence[Event]) -> _Written:
     rounds = [round_row(e) for e in events if isinstance(e, RoundClosed)]
     jobs = job_rows_from_events(events)
     with engine.begin() as conn:
-        return record_rounds(conn, rounds), record_jobs(conn, jobs)
+        added = record_rounds(conn, rounds)
+        conflicts = conflicting_closes(conn, rounds) if len(rounds) > added else {}
+        return _Written(added, record_jobs(conn, jobs), conflicts)
 
 
 def _transient(exc: Exception) -> bool:
@@ -130,7 +141,7 @@ class _Stopped(Exception):
 
 async def _write_retrying(
     engine: Engine, events: Sequence[Event], stop: asyncio.Event, stats: RecorderStats
-) -> tuple[int, int]:
+) -> _Written:
     """Write, retrying with backoff while the database cannot be reached. Raises what the
     database refuses (DBAPIError), or _Stopped when stopped first."""
     delay = 0.2
@@ -152,22 +163,30 @@ async def _write_retrying(
 async def _record(
     engine: Engine, batch: _Batch, stop: asyncio.Event, stats: RecorderStats
 ) -> tuple[tuple[int, int], list[tuple[Record, str]]]:
-    """Write the batch; if the database refuses it, write event by event and return the
-    refused ones with the database's reason, so that none blocks the others."""
+    """Write the batch; if the database refuses it, write event by event. Returns what was
+    written and the events to dead-letter with why: the refused ones (so that none blocks
+    the others) and second closes of an attempt that conflict with the first."""
     try:
-        return await _write_retrying(engine, batch.events, stop, stats), []
+        written = [await _write_retrying(engine, batch.events, stop, stats)]
+        refused: list[tuple[Record, str]] = []
     except DBAPIError as exc:
         log.warning("audit batch refused (%s); writing event by event", exc.orig)
-    rounds = jobs = 0
-    refused: list[tuple[Record, str]] = []
+        written, refused = [], []
+        for rec, event in batch.items:
+            try:
+                written.append(await _write_retrying(engine, [event], stop, stats))
+            except DBAPIError as exc:
+                refused.append((rec, f"audit write refused by the database: {exc.orig}"))
+    conflicts = {k: v for w in written for k, v in w.conflicts.items()}
     for rec, event in batch.items:
-        try:
-            added, touched = await _write_retrying(engine, [event], stop, stats)
-        except DBAPIError as exc:
-            refused.append((rec, f"audit write refused by the database: {exc.orig}"))
-            continue
-        rounds, jobs = rounds + added, jobs + touched
-    return (rounds, jobs), refused
+        first = conflicts.get(event.event_id)
+        if first is not None and isinstance(event, RoundClosed):
+            reason = (
+                f"conflicting close of round {event.round_index} of job {event.job_id}: "
+                f"the first close ({first}) stands"
+            )
+            refused.append((rec, reason))
+    return (sum(w.rounds for w in written), sum(w.jobs for w in written)), refused
 
 
 async def _send_dead_letters(

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import cast
 
+import msgspec
 import sqlalchemy as sa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
@@ -164,9 +165,14 @@ async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals
     # Issue 12, defect 3: an event the database would not take wedged the recorder (it
     # retried forever and audited nothing after it). It is dead-lettered alone now.
     refused_close = closed(refused, 0)
+    # Issue 12, defect 5: a second, different close of an attempt was dropped without a trace.
+    conflicting = msgspec.structs.replace(
+        closed(job, 0, "failed"), event_id=f"{job}-r0-closed-again"
+    )
     messages = [(t, k, encode(e)) for t, e in valid_before]
     messages += [(t, k, raw) for t, raw, _ in bad]
     messages += [(names.rounds, refused.encode(), encode(refused_close))]
+    messages += [(names.rounds, k, encode(conflicting))]
     messages += [(t, e.job_id.encode(), encode(e)) for t, e in valid_after]  # type: ignore[attr-defined]
     await refuse_rounds_of(pg_url, refused, unique, install=True)
 
@@ -183,7 +189,7 @@ async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals
         first = await asyncio.wait_for(task, 30)
         assert first.records == len(messages)
         assert first.invalid == len(bad)  # the scheduler owns these inputs' dead letters
-        assert first.dead_letters == 1  # the refused one
+        assert first.dead_letters == 2  # the refused one and the conflicting close
         assert first.rounds_added == 4  # job r0, r1, r2 and other r0
         assert first.ignored == 1  # round_requested is not audited
 
@@ -210,11 +216,18 @@ async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals
         ]
         assert [tuple(r) for r in jobs] == [(1.0, 4, 2, 13.0, 2, 12.0)]
 
-        raw_letters = await read_all(broker, names.dead_letters, 1)
-        letters = [cast(DeadLetter, decode(v, (DeadLetter,))) for v in raw_letters]
-        assert len(letters) == 1
-        (letter,) = letters
-        assert letter.original_bytes() == encode(refused_close)
+        raw_letters = await read_all(broker, names.dead_letters, 2)
+        letters = {
+            dl.original_bytes(): dl
+            for v in raw_letters
+            if (dl := cast(DeadLetter, decode(v, (DeadLetter,))))
+        }
+        assert len(letters) == len(raw_letters) == 2
+        conflict = letters[encode(conflicting)]
+        assert conflict.reason == (
+            f"conflicting close of round 0 of job {job}: the first close ({job}-r0-closed) stands"
+        )
+        letter = letters[encode(refused_close)]
         assert letter.source_topic == names.rounds
         assert letter.reason.startswith("audit write refused by the database")
         assert "value too long for the test" in letter.reason

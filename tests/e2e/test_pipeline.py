@@ -5,25 +5,20 @@ published on the topics and what was recorded in the audit DB."""
 from __future__ import annotations
 
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import AsyncIterator
-from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from tests import invariants
 from venn.audit.db import create_database, drop_database, make_engine
 from venn.audit.migrate import upgrade_database
 from venn.audit.models import JobAudit, RoundAudit
 from venn.broker import topics
-from venn.core.model import Requirement
 from venn.events import (
-    Assignment,
-    DeviceCheckin,
-    DeviceResult,
     JobFinished,
-    JobRegistered,
     RoundClosed,
 )
 from venn.stack.demo import DemoConfig, DemoResult, run_demo
@@ -99,56 +94,28 @@ async def test_every_job_finishes_with_its_rounds(run: DemoResult) -> None:
 
 
 async def test_devices_get_only_jobs_they_are_eligible_for(run: DemoResult) -> None:
-    requirement = {
-        e.job_id: Requirement.of(e.requirement) for e in of(run, topics.JOBS, JobRegistered)
-    }
-    attrs = {e.device_id: e.attrs for e in of(run, topics.CHECKINS, DeviceCheckin)}
-    assignments = of(run, topics.ASSIGNMENTS, Assignment)
-    assert assignments
-    bad = [a for a in assignments if not requirement[a.job_id].admits(attrs[a.device_id])]
-    assert bad == []
+    assert invariants.assignments(run.events)
+    assert invariants.ineligible(run.events) == []
     # The tiers really overlap: some device profile served two different tiers' jobs.
     tiers_by_job = {j.job_id: j.tier for j in run.jobs}
-    assert len({tiers_by_job[a.job_id] for a in assignments}) == 4
+    assert len({tiers_by_job[a.job_id] for a in invariants.assignments(run.events)}) == 4
 
 
 async def test_a_device_holds_at_most_one_assignment_at_a_time(run: DemoResult) -> None:
-    result_at = {
-        (r.job_id, r.round_index, r.device_id): r.time
-        for r in of(run, topics.RESULTS, DeviceResult)
-    }
-    closed_at = {(c.job_id, c.round_index): c.time for c in of(run, topics.ROUNDS, RoundClosed)}
-    by_device: dict[str, list[Assignment]] = defaultdict(list)
-    for a in of(run, topics.ASSIGNMENTS, Assignment):
-        by_device[a.device_id].append(a)
-    overlaps = []
-    for device, items in by_device.items():
-        items.sort(key=lambda a: a.time)
-        for prev, nxt in pairwise(items):
-            ends = [
-                t
-                for t in (
-                    result_at.get((prev.job_id, prev.round_index, device)),
-                    closed_at.get((prev.job_id, prev.round_index)),
-                )
-                if t is not None
-            ]
-            if not ends or nxt.time < min(ends):
-                overlaps.append((device, prev.job_id, nxt.job_id))
-    assert overlaps == []
+    assert invariants.overlapping(run.events) == []
 
 
 async def test_no_round_gets_more_than_its_demand(run: DemoResult) -> None:
-    demand = {e.job_id: e.demand for e in of(run, topics.JOBS, JobRegistered)}
-    per_round = Counter((a.job_id, a.round_index) for a in of(run, topics.ASSIGNMENTS, Assignment))
-    assert per_round
-    assert {k: n for k, n in per_round.items() if n > demand[k[0]]} == {}
+    assert invariants.assignments(run.events)
+    assert invariants.over_demand(run.events) == {}
     assert run.extra_assignments == 0
 
 
 async def test_each_closed_round_closes_once_and_has_one_audit_row(run: DemoResult) -> None:
-    closes = Counter((c.job_id, c.round_index) for c in of(run, topics.ROUNDS, RoundClosed))
+    mine = {j.job_id for j in run.jobs}
+    closes = invariants.closes(run.events, mine)
     assert closes and max(closes.values()) == 1
+    assert invariants.audit_mismatch(run.events, run.database_url, mine) == {}
     engine = make_engine(run.database_url)
     try:
         with engine.connect() as conn:
@@ -159,7 +126,6 @@ async def test_each_closed_round_closes_once_and_has_one_audit_row(run: DemoResu
     finally:
         engine.dispose()
     # The session database is shared with other tests: look only at this run's jobs.
-    mine = {j.job_id for j in run.jobs}
     rows = [r for r in rows if r.job_id in mine]
     jobs = [j for j in jobs if j.job_id in mine]
     assert Counter((r.job_id, r.round_index) for r in rows) == closes

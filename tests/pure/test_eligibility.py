@@ -60,7 +60,8 @@ def test_projection_keeps_eligibility_when_requirements_arrive_later(
     reqs = [Requirement.of(r) for r in requirements]
     added: list[Requirement] = []
     for device in devices:
-        if reqs and data.draw(st.booleans()):
+        add_one: bool = data.draw(st.booleans(), label="add a requirement now")
+        if reqs and add_one:
             added.append(reqs.pop())
             index.group(added[-1])
         slot = index.slot_for_attrs(device)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Table, func
+from sqlalchemy import Connection, Insert, Table, func, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 
 from venn.audit.models import JobAudit, RoundAudit
@@ -50,6 +50,28 @@ def round_row(event: RoundClosed) -> dict[str, Any]:
         "response_time_s": event.response_time_s,
         "event_id": event.event_id,
     }
+
+
+CLOSE_CONTENT = ("outcome", "demand", "assigned", "results", "opened_at", "closed_at", "reason")
+
+
+def conflicting_closes(conn: Connection, rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Rows that close an attempt already closed differently: {their event id: the event id
+    of the close that stands}. (A replay, same event id or same content, is no conflict.)"""
+    keys = list({(r["job_id"], r["round_index"]) for r in rows})
+    stored: dict[tuple[str, int], Any] = {}
+    for start in range(0, len(keys), CHUNK):
+        chunk = keys[start : start + CHUNK]
+        query = select(ROUNDS).where(tuple_(ROUNDS.c.job_id, ROUNDS.c.round_index).in_(chunk))
+        stored.update({(r.job_id, r.round_index): r for r in conn.execute(query)})
+    conflicts: dict[str, str] = {}
+    for row in rows:
+        first = stored.get((row["job_id"], row["round_index"]))
+        if first is None or first.event_id == row["event_id"]:
+            continue
+        if any(getattr(first, name) != row[name] for name in CLOSE_CONTENT):
+            conflicts[row["event_id"]] = first.event_id
+    return conflicts
 
 
 def record_rounds(conn: Connection, rows: Sequence[dict[str, Any]]) -> int:

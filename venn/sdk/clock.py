@@ -27,6 +27,10 @@ class TraceClock:
         """Current trace time (seconds)."""
         return self.origin + (time.time() - self.epoch) * self.speedup
 
+    def trace_at(self, wall_time: float) -> float:
+        """The trace time at wall-clock time ``wall_time`` (``time.time()`` scale)."""
+        return self.origin + (wall_time - self.epoch) * self.speedup
+
     def wall_at(self, trace_time: float) -> float:
         """The wall-clock time (``time.time()`` scale) at which ``trace_time`` comes."""
         return self.epoch + (trace_time - self.origin) / self.speedup

@@ -1,0 +1,175 @@
+"""The fault suite: one workload on the `venn up` stack (Apache Kafka, embedded Postgres,
+scheduler, recorder, gateway), a device fleet and a coordinator as separate processes,
+and during it each of the coordinator, the scheduler worker and the recorder killed with
+SIGKILL and started again. At the end every job finishes, every invariant of design.md
+holds, and round_audit has exactly one row per closed round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from tests import invariants
+from venn.audit.db import make_engine
+from venn.audit.models import JobAudit, RoundAudit
+from venn.broker import topics
+from venn.broker.process import free_port, pid_alive
+from venn.settings import Settings
+from venn.stack.capture import read_topics
+from venn.stack.demo import resolve_workload
+from venn.stack.local import down, service_env, up
+from venn.stack.processes import recorder_spec, running_services, scheduler_spec, start_service
+from venn.workloads import load_workload
+
+pytestmark = pytest.mark.e2e
+
+JOBS = 4
+SPEEDUP = 20.0
+WORKLOAD = ("--workload", "demo", "--jobs", str(JOBS), "--seed", "3")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
+    return {**env, **extra}
+
+
+@dataclasses.dataclass
+class Run:
+    settings: Settings
+    env: dict[str, str]
+    epoch: float
+    logs: Path
+
+    def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        with open(self.logs / f"{name}.log", "ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", *args],
+                env=self.env,
+                cwd=self.settings.run_dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def coordinator(self) -> subprocess.Popen[bytes]:
+        return self.spawn(
+            "coordinator", "services.coordinator", *WORKLOAD, "--speedup", str(SPEEDUP),
+            "--arrival-scale", "0.02", "--epoch", str(self.epoch), "--log-level", "WARNING",
+        )  # fmt: skip
+
+    def fleet(self) -> subprocess.Popen[bytes]:
+        return self.spawn(
+            "devices", "services.devices", "--speedup", str(SPEEDUP), "--rate", "1.5",
+            "--epoch", str(self.epoch), "--log-level", "WARNING",
+        )  # fmt: skip
+
+    def rounds_audited(self) -> int:
+        engine = make_engine(self.settings.database_url)
+        try:
+            with engine.connect() as conn:
+                return int(conn.execute(select(func.count()).select_from(RoundAudit)).scalar_one())
+        finally:
+            engine.dispose()
+
+    def kill_service(self, name: str) -> None:
+        pid = running_services(self.settings.run_dir)[name]
+        os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.05)
+
+    def restart_service(self, name: str) -> None:
+        spec = {"scheduler": scheduler_spec(), "recorder": recorder_spec()}[name]
+        start_service(self.settings.run_dir, spec, service_env(self.settings, "venn", 0))
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Run]:
+    run_dir = tmp_path / "run"
+    settings = Settings.from_env(
+        clean_env(
+            VENN_RUN_DIR=str(run_dir),
+            VENN_BROKER=f"127.0.0.1:{free_port()}",
+            VENN_BROKER_KIND="kafka",
+            VENN_GATEWAY_PORT=str(free_port()),
+        )
+    )
+    info = up(settings)
+    settings = Settings.from_env(clean_env(VENN_RUN_DIR=str(info.run_dir)))
+    env = clean_env(VENN_RUN_DIR=str(info.run_dir))
+    try:
+        yield Run(settings, env, time.time() + 2.0, tmp_path)
+    finally:
+        down(settings)
+
+
+def test_every_job_finishes_through_kills_of_each_service(stack: Run) -> None:
+    fleet = stack.fleet()
+    coordinator = stack.coordinator()
+    try:
+        # 1. the coordinator, once some rounds have closed
+        wait_until(lambda: stack.rounds_audited() >= 2, 240, "two audited rounds")
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait()
+        coordinator = stack.coordinator()
+        # 2. the scheduler worker
+        seen = stack.rounds_audited()
+        wait_until(lambda: stack.rounds_audited() >= seen + 2, 240, "two more rounds")
+        stack.kill_service("scheduler")
+        stack.restart_service("scheduler")
+        # 3. the recorder
+        seen = stack.rounds_audited()
+        wait_until(lambda: stack.rounds_audited() >= seen + 2, 300, "two more rounds")
+        stack.kill_service("recorder")
+        time.sleep(2.0)  # rounds close meanwhile: the restarted recorder must catch up
+        stack.restart_service("recorder")
+        assert coordinator.wait(timeout=600) == 0, (stack.logs / "coordinator.log").read_text()
+    finally:
+        for proc in (coordinator, fleet):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+
+    job_ids = [j.job_id for j in load_workload(resolve_workload("demo"), JOBS, 3).jobs]
+    captured = asyncio.run(
+        read_topics(
+            stack.settings.broker,
+            (topics.CHECKINS, topics.JOBS, topics.ASSIGNMENTS, topics.RESULTS, topics.ROUNDS),
+        )
+    )
+    closes = invariants.closes(captured, job_ids)
+    assert closes and max(closes.values()) == 1, "an attempt was closed twice"
+    assert invariants.ineligible(captured) == []
+    assert invariants.overlapping(captured) == []
+    assert invariants.over_demand(captured) == {}
+
+    def audited() -> dict[tuple[str, int], tuple[int, int]]:
+        return invariants.audit_mismatch(captured, stack.settings.database_url, job_ids)
+
+    wait_until(lambda: not audited(), 60, "the recorder to catch up")
+    engine = make_engine(stack.settings.database_url)
+    try:
+        with engine.connect() as conn:
+            finished = conn.execute(
+                select(JobAudit.job_id).where(JobAudit.finished_at.is_not(None))
+            ).all()
+    finally:
+        engine.dispose()
+    assert {r.job_id for r in finished} == set(job_ids)
