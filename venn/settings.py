@@ -80,6 +80,11 @@ class Settings:
     scheduler_web_port: int = _env(
         "VENN_SCHEDULER_WEB_PORT", 0, "Faust web/metrics port of a scheduler worker; 0 = free port."
     )
+    scheduler_web_host: str = _env(
+        "VENN_SCHEDULER_WEB_HOST",
+        "127.0.0.1",
+        "Address a scheduler worker's Faust web/metrics server binds (0.0.0.0 in a container).",
+    )
     task_url_base: str = _env(
         "VENN_TASK_URL_BASE",
         "http://coordinator.local",

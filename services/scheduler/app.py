@@ -47,6 +47,7 @@ from services.scheduler.state import Rejected, SchedulerState
 from services.scheduler.transport import OutputProducer, SchedulerApp
 from venn import events as ev
 from venn.broker import topics
+from venn.broker.health import BrokerWatch
 from venn.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ def create_app(
         broker_session_timeout=tuning.session_timeout_ms / 1000,
         broker_rebalance_timeout=tuning.rebalance_timeout_ms / 1000,
         broker_heartbeat_interval=tuning.heartbeat_interval_ms / 1000,
-        web_bind="127.0.0.1",
+        web_bind=settings.scheduler_web_host,
         web_port=config.web_port,
         datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data"),
     )
@@ -244,8 +245,20 @@ def create_app(
             # aiohttp refuses a charset inside content_type; the exposition is ASCII anyway.
             return self.bytes(generate_latest(), content_type=METRICS_CONTENT_TYPE)
 
+    watch = BrokerWatch(settings.broker)
+    app.broker_watch = watch  # type: ignore[attr-defined]
+
+    @app.page("/healthz")
+    class Health(View):
+        async def get(self, request: Request) -> Response:
+            status = watch.status()
+            ok = bool(status["available"])
+            body = {"status": "ok" if ok else "broker_unavailable", "broker": status}
+            return self.json(body, status=200 if ok else 503)
+
     @app.task
     async def _quiet() -> None:
         quiet_logs()
+        watch.start()
 
     return app
