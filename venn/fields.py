@@ -49,9 +49,7 @@ _TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
 _ATTR_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]*$"
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=ID_MAX, pattern=_ID_PATTERN)]
-EventId = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=EVENT_ID_MAX, pattern=_ID_PATTERN)
-]
+EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=EVENT_ID_MAX, pattern=_ID_PATTERN)]
 CheckinId = Annotated[
     str, msgspec.Meta(min_length=1, max_length=CHECKIN_ID_MAX, pattern=_ID_PATTERN)
 ]

@@ -47,6 +47,7 @@ from services.gateway.models import (
 from services.gateway.openapi import openapi_document
 from venn import events as ev
 from venn.broker import topics
+from venn.broker.health import BrokerWatch
 from venn.broker.topics import ensure_topics
 from venn.settings import Settings
 
@@ -84,6 +85,8 @@ class GatewayStats:
     """A late assignment released with a failed DeviceResult."""
     internal_errors: int = 0
     bad_records: int = 0
+    broker_down: int = 0
+    """Requests refused at once because the broker was unavailable."""
     """Malformed records read (dead-lettered here only when addressed to this gateway)."""
 
 
@@ -121,10 +124,12 @@ class Gateway:
         self.lag_s = 0.0
         self._background: set[asyncio.Task[Any]] = set()
         self.started_at = 0.0
+        self.broker = BrokerWatch(self.settings.broker)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        self.broker.start()
         counts = await ensure_topics(
             s.broker,
             s.topic_partitions,
@@ -185,6 +190,7 @@ class Gateway:
         self._lag_task = asyncio.create_task(self._watch_lag(), name="gateway-lag")
 
     async def stop(self) -> None:
+        await self.broker.stop()
         if self._lag_task is not None:
             self._lag_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -366,6 +372,10 @@ class Gateway:
             speed_ms_per_sample=req.speed_ms_per_sample,
             bandwidth_kbps=req.bandwidth_kbps,
         )
+        if not self.broker.available:
+            # The demand view stopped moving with the broker: no answer from it now.
+            self.stats.broker_down += 1
+            return self.busy("broker_unavailable")
         wait = not (self.config.fast_no and self.view_ready) or self.view.may_assign(req.attrs)
         fut: asyncio.Future[ev.Assignment | BaseException | str | None] = loop.create_future()
         if wait:
@@ -431,6 +441,9 @@ class Gateway:
 
     async def result(self, req: ResultRequest, deadline: float) -> tuple[int, Json]:
         assert self.producer is not None
+        if not self.broker.available:
+            self.stats.broker_down += 1
+            return self.busy("broker_unavailable")
         # One result per device and round: a retried upload keeps its id (consumers dedupe).
         event = ev.DeviceResult(
             event_id=f"res:{req.job_id}:{req.round_index}:{req.device_id}",
@@ -457,7 +470,8 @@ class Gateway:
 
     def health(self) -> Json:
         return {
-            "status": "ok",
+            "status": "ok" if self.broker.available else "broker_unavailable",
+            "broker": self.broker.status(),
             "demand_view_ready": self.view_ready,
             "open_requirements": len(self.view.open_requirements()),
             "inflight": self.inflight,
@@ -547,7 +561,8 @@ def create_app(
     app.cleanup_ctx.append(kafka)
 
     async def healthz(request: web.Request) -> web.Response:
-        return _json(gw.health())
+        health = gw.health()
+        return _json(health, 200 if health["status"] == "ok" else 503)
 
     async def openapi(request: web.Request) -> web.Response:
         return web.Response(body=spec, content_type="application/json")

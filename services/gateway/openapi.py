@@ -73,7 +73,14 @@ def openapi_document(config: GatewayConfig) -> Json:
             "/healthz": {
                 "get": {
                     "summary": "Liveness and counters",
-                    "responses": {"200": {"description": "Alive", "content": _ref("Health")}},
+                    "responses": {
+                        "200": {"description": "Serving", "content": _ref("Health")},
+                        "503": {
+                            "description": "The broker does not answer: check-ins and results "
+                            "are refused with 429 `broker_unavailable` until it does",
+                            "content": _ref("Health"),
+                        },
+                    },
                 }
             },
             "/openapi.json": {
@@ -178,9 +185,19 @@ def openapi_document(config: GatewayConfig) -> Json:
                 },
                 "Health": {
                     "type": "object",
-                    "required": ["status", "stats"],
+                    "required": ["status", "broker", "stats"],
                     "properties": {
-                        "status": {"const": "ok"},
+                        "status": {"enum": ["ok", "broker_unavailable"]},
+                        "broker": {
+                            "type": "object",
+                            "required": ["broker", "available"],
+                            "properties": {
+                                "broker": {"type": "string"},
+                                "available": {"type": "boolean"},
+                                "seconds_since_answer": {"type": "number"},
+                                "failed_checks": {"type": "integer"},
+                            },
+                        },
                         "demand_view_ready": {"type": "boolean"},
                         "inflight": {"type": "integer"},
                         "pending": {"type": "integer"},

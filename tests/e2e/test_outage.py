@@ -1,0 +1,137 @@
+"""A lost broker is visible and survivable (issue 12, defect 6): while Apache Kafka is down
+the gateway's and the scheduler's health turn red and check-ins are refused instead of
+answered from a stale view; when it is back, every service resumes by itself and what
+was written before the outage is processed."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from venn.audit.db import make_engine
+from venn.audit.models import RoundAudit
+from venn.broker.local import start_detached, stop_detached
+from venn.broker.process import free_port
+from venn.sdk import VennClient
+from venn.settings import Settings
+from venn.stack.local import StackInfo, down, up
+
+pytestmark = pytest.mark.e2e
+
+DEVICE = {"cpu_f": 9.0, "ram": 8.0, "fp16_mem": 8.0, "android_os": 12.0}
+
+
+def http(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[StackInfo, Settings]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
+    settings = Settings.from_env(
+        {
+            **env,
+            "VENN_RUN_DIR": str(tmp_path / "run"),
+            "VENN_BROKER": f"127.0.0.1:{free_port()}",
+            "VENN_BROKER_KIND": "kafka",
+            "VENN_GATEWAY_PORT": str(free_port()),
+            "VENN_SCHEDULER_WEB_PORT": str(free_port()),
+        }
+    )
+    info = up(settings)
+    settings = dataclasses.replace(
+        settings, run_dir=str(info.run_dir), database_url=info.database_url, broker_kind="kafka"
+    )
+    try:
+        yield info, settings
+    finally:
+        down(settings)
+
+
+def checkin(settings: Settings, device: str) -> tuple[int, dict[str, Any]]:
+    url = f"http://127.0.0.1:{settings.gateway_port}/v1/checkin"
+    body = {"device_id": device, "attrs": DEVICE, "speed_ms_per_sample": 50, "bandwidth_kbps": 5e3}
+    return http(url, body)
+
+
+def test_broker_loss_turns_health_red_and_everything_resumes(
+    stack: tuple[StackInfo, Settings],
+) -> None:
+    info, settings = stack
+    gateway = f"http://127.0.0.1:{settings.gateway_port}/healthz"
+    scheduler = f"http://127.0.0.1:{settings.scheduler_web_port}/healthz"
+    job = "outage-job"
+
+    async def open_round(close_previous: bool) -> None:
+        async with VennClient(settings.broker) as client:
+            if close_previous:
+                # Written just before the outage (acks from the broker): audited after it.
+                await client.close_round(
+                    job, 0, "succeeded", demand=2, assigned=2, results=2,
+                    opened_at=time.time() - 5, closed_at=time.time(),
+                )  # fmt: skip
+                await client.request_round(job, 1, 2)
+            else:
+                await client.register_job(job, {"cpu_f": 1}, 2, 3, deadline_s=600)
+                await client.request_round(job, 0, 2)
+
+    assert http(gateway)[0] == 200 and http(scheduler)[0] == 200
+    asyncio.run(open_round(close_previous=False))
+    wait_until(lambda: checkin(settings, "before")[1].get("assigned") is True, 60, "assignment")
+    asyncio.run(open_round(close_previous=True))
+
+    assert stop_detached(info.run_dir)
+    wait_until(lambda: http(gateway)[0] == 503, 30, "the gateway to report the broker lost")
+    status, health = http(gateway)
+    assert health["status"] == "broker_unavailable" and health["broker"]["available"] is False
+    status, answer = checkin(settings, "during")
+    assert (status, answer["reason"]) == (429, "broker_unavailable")
+    wait_until(lambda: http(scheduler)[0] == 503, 30, "the scheduler to report the broker lost")
+
+    start_detached(info.run_dir, "kafka", settings.broker)
+    wait_until(lambda: http(gateway)[0] == 200, 60, "the gateway to see the broker back")
+    wait_until(lambda: http(scheduler)[0] == 200, 60, "the scheduler to see the broker back")
+    # The scheduler resumes: the round requested before the outage gets its devices.
+    wait_until(
+        lambda: checkin(settings, f"after-{time.monotonic_ns()}")[1].get("assigned") is True,
+        180,
+        "an assignment after the outage",
+    )
+
+    def audited() -> bool:
+        engine = make_engine(settings.database_url)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(
+                    select(RoundAudit.round_index).where(RoundAudit.job_id == job)
+                ).all()
+        finally:
+            engine.dispose()
+        return [r.round_index for r in rows] == [0]
+
+    wait_until(audited, 120, "the recorder to audit the close written before the outage")
