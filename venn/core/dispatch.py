@@ -1,7 +1,7 @@
 """A compiled dispatch rule: who gets a device of signature s and tier t.
 
-Between two plan changes the rule is static, so it can be applied to one check-in (the
-pipeline, the event-by-event simulator) or to a numpy batch of them (the fast
+Between two plan changes the rule is static, so it can be applied to one check-in at a
+time (the pipeline, the event-by-event simulator) or to a run of them (the fast
 simulator) with identical results. ``budget`` says how many more assignments each job
 can take before the rule must be recompiled (its demand fills, or its shrinking demand
 overtakes a job ahead of it in some preference list).
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from venn.core.policies.base import OpenJob, cached
+from venn.core.policies.base import cached
 
 NO_LIMIT = np.iinfo(np.int64).max // 4
 
@@ -71,28 +71,10 @@ class DispatchTable:
             object.__setattr__(self, "row_lists", out)
         return out
 
-    def pick_many(self, signatures: np.ndarray, tiers: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """Job idx for each device of a batch (-1 where nobody can take it)."""
-        sigs = np.minimum(signatures, self.counts.shape[0] - 1)
-        n = self.counts[sigs, tiers]
-        if self.uniform:
-            choice = np.minimum((u * n).astype(np.int64), np.maximum(n - 1, 0))
-        else:
-            choice = np.zeros(len(sigs), dtype=np.int64)
-        picked = self.candidates[sigs, tiers, choice]
-        unknown = signatures >= self.counts.shape[0]
-        return np.where((n > 0) & ~unknown, picked, -1)
-
-
-def overtake_after(behind: OpenJob, ahead: OpenJob) -> int:
-    """Assignments to ``behind`` after which it would be ordered before ``ahead``."""
-    return overtake_count(
-        behind.remaining, behind.weight, behind.idx, ahead.remaining, ahead.weight, ahead.idx
-    )
-
 
 def overtake_count(rem_b: int, w_b: float, idx_b: int, rem_a: int, w_a: float, idx_a: int) -> int:
-    """``overtake_after`` on plain values (behind: ``*_b``, ahead: ``*_a``)."""
+    """Assignments to job b (behind) after which its shrinking key ``(rem * w, idx)``
+    is ordered before job a's (ahead), its weight fixed."""
     if w_b == w_a == 1.0:
         n = rem_b - rem_a + (0 if idx_b < idx_a else 1)
         return max(1, n)
@@ -102,36 +84,6 @@ def overtake_count(rem_b: int, w_b: float, idx_b: int, rem_a: int, w_a: float, i
         if ((rem_b - n) * w_b, idx_b) < target:
             return n
     return max(1, guess + 3)
-
-
-def overtake_after_many(
-    rem_b: np.ndarray,
-    w_b: np.ndarray,
-    idx_b: np.ndarray,
-    rem_a: np.ndarray,
-    w_a: np.ndarray,
-    idx_a: np.ndarray,
-    weighted: bool = True,
-) -> np.ndarray:
-    """``overtake_after`` over arrays of (behind, ahead) pairs, with the same results."""
-    simple = np.maximum(rem_b - rem_a + (idx_b > idx_a), 1)
-    if not weighted:
-        return simple
-    unit = (w_b == 1.0) & (w_a == 1.0)
-    if unit.all():
-        return simple
-    target = rem_a * w_a
-    guess = np.floor(rem_b - target / w_b).astype(np.int64)
-    start = np.maximum(1, guess - 1)
-    out = np.maximum(1, guess + 3)
-    found = np.zeros(len(out), dtype=bool)
-    for step in range(4):
-        n = start + step
-        key = (rem_b - n) * w_b
-        ok = ~found & ((key < target) | ((key == target) & (idx_b < idx_a)))
-        out[ok] = n[ok]
-        found |= ok
-    return np.where(unit, simple, out)
 
 
 def empty_table(num_jobs: int) -> DispatchTable:

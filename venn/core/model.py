@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 # Names used by the workload YAMLs of the paper, mapped to the attribute a device reports.
@@ -88,11 +88,3 @@ class Assignment:
     job_id: str
     round_index: int
     device_id: str | int
-
-
-@dataclass
-class RoundStats:
-    """What the core remembers of a job's finished rounds (for matching and fairness)."""
-
-    sched_delays: list[float] = field(default_factory=list)
-    response_times: list[float] = field(default_factory=list)

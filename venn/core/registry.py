@@ -15,7 +15,7 @@ from venn.core.scheduler import Scheduler
 class PolicySpec:
     name: str
     description: str
-    make_policy: Callable[[], Policy]
+    make_policy: Callable[[int], Policy]  # from the scheduler's seed
     matching: bool
     restrict_contested: bool = False  # True: Algorithm 2 as the paper states it
 
@@ -23,30 +23,39 @@ class PolicySpec:
 POLICIES: dict[str, PolicySpec] = {
     spec.name: spec
     for spec in (
-        PolicySpec("random", "random eligible job with open demand", RandomPolicy, False),
+        PolicySpec(
+            "random", "random eligible job with open demand", lambda seed: RandomPolicy(), False
+        ),
         PolicySpec(
             "random-order",
             "random priority per round request, kept until the round fills (reference driver)",
             RandomOrderPolicy,
             False,
         ),
-        PolicySpec("fifo", "earliest-arrived eligible job", FifoPolicy, False),
-        PolicySpec("srsf", "smallest remaining demand of the current round", SrsfPolicy, False),
+        PolicySpec("fifo", "earliest-arrived eligible job", lambda seed: FifoPolicy(), False),
+        PolicySpec(
+            "srsf",
+            "smallest remaining demand of the current round",
+            lambda seed: SrsfPolicy(),
+            False,
+        ),
         PolicySpec(
             "venn",
             "IRS scheduling + tier matching of rounds no other open job competes with",
-            IrsPolicy,
+            lambda seed: IrsPolicy(),
             True,
         ),
-        PolicySpec("venn-sched", "IRS scheduling only (ablation)", IrsPolicy, False),
+        PolicySpec("venn-sched", "IRS scheduling only (ablation)", lambda seed: IrsPolicy(), False),
         PolicySpec(
             "venn-paper",
             "the paper's Algorithms 1 and 2: IRS by the round's remaining demand + tier matching",
-            lambda: IrsPolicy("round"),
+            lambda seed: IrsPolicy("round"),
             True,
             restrict_contested=True,
         ),
-        PolicySpec("venn-match", "tier matching on FIFO (ablation)", FifoPolicy, True),
+        PolicySpec(
+            "venn-match", "tier matching on FIFO (ablation)", lambda seed: FifoPolicy(), True
+        ),
     )
 }
 
@@ -74,7 +83,7 @@ def make_scheduler(
     if spec.matching:
         tier_model = tiers or TierModel(REFERENCE_CUTOFFS[num_tiers])
     return Scheduler(
-        spec.make_policy(),
+        spec.make_policy(seed),
         tiers=tier_model,
         fairness_eps=fairness_eps,
         supply_window=supply_window,

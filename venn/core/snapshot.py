@@ -11,7 +11,8 @@ from collections import deque
 from typing import Any
 
 from venn.core.model import JobSpec, Requirement
-from venn.core.scheduler import JobState, Scheduler
+from venn.core.scheduler import Scheduler
+from venn.core.state import JobState
 
 Snapshot = dict[str, Any]
 
@@ -99,5 +100,6 @@ def restore_job(scheduler: Scheduler, data: Snapshot, now: float) -> bool:
         for device in data["devices"]:
             js.devices.add(device)
             scheduler.active_devices[device] = (spec.job_id, js.round_index)
-    # add_job marked the plan dirty, so the next check-in recompiles with these values.
+    # The core files its open jobs incrementally: tell it this one was written.
+    scheduler.touch(spec.job_id)
     return True

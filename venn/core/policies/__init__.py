@@ -1,13 +1,12 @@
 """Scheduling policies behind one interface (see ``base.Policy``)."""
 
-from venn.core.policies.base import OpenJob, Policy, PolicyView
+from venn.core.policies.base import Policy, PolicyView
 from venn.core.policies.simple import FifoPolicy, RandomOrderPolicy, RandomPolicy, SrsfPolicy
 from venn.core.policies.venn import IrsPolicy
 
 __all__ = [
     "FifoPolicy",
     "IrsPolicy",
-    "OpenJob",
     "Policy",
     "PolicyView",
     "RandomOrderPolicy",

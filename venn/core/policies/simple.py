@@ -7,18 +7,19 @@ from typing import Literal
 
 import numpy as np
 
-from venn.core.policies.base import PolicyView, QueueKey, Sections, sections_of
+from venn.core.policies.base import PolicyView
+from venn.core.state import JobState, splitmix
 
 
 class _Unplanned:
     """A policy with no plan: one section, ordered by ``ordering`` alone."""
 
-    name: str
     mode: Literal["first", "uniform"]
     ordering: Literal["idx", "key"]
-    remaining_ordered: bool
-    queue_key: QueueKey = "round"
     num_sections = 1
+
+    def weight(self, job: JobState) -> float:
+        return 1.0
 
     def replan(self, view: PolicyView) -> None:
         return None
@@ -26,35 +27,26 @@ class _Unplanned:
     def section_table(self, view: PolicyView) -> np.ndarray | None:
         return None
 
-    def sections(self, view: PolicyView, signature: int) -> Sections:
-        return sections_of(self, view, signature)
-
 
 class RandomPolicy(_Unplanned):
     """A device goes to a uniformly random eligible job with open demand."""
 
-    name = "random"
     mode: Literal["first", "uniform"] = "uniform"
     ordering: Literal["idx", "key"] = "idx"
-    remaining_ordered = False
 
 
 class FifoPolicy(_Unplanned):
     """The earliest-arrived eligible job with open demand."""
 
-    name = "fifo"
     mode: Literal["first", "uniform"] = "first"
     ordering: Literal["idx", "key"] = "idx"  # idx is arrival order
-    remaining_ordered = False
 
 
 class SrsfPolicy(_Unplanned):
     """The eligible job with the smallest remaining demand in its current round."""
 
-    name = "srsf"
     mode: Literal["first", "uniform"] = "first"
     ordering: Literal["idx", "key"] = "key"
-    remaining_ordered = True
 
 
 class RandomOrderPolicy(_Unplanned):
@@ -64,8 +56,14 @@ class RandomOrderPolicy(_Unplanned):
     Unlike ``random`` it concentrates devices on one job at a time, so it cannot livelock.
     """
 
-    name = "random-order"
     mode: Literal["first", "uniform"] = "first"
     ordering: Literal["idx", "key"] = "key"
-    remaining_ordered = True
-    queue_key: QueueKey = "random"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def weight(self, job: JobState) -> float:
+        # The order key is a priority in (0, 1] drawn per round attempt: remaining
+        # demand times this weight, whatever the remaining demand.
+        draw = ((splitmix(self.seed, job.idx, job.attempts, 1) >> 11) + 1) / 2.0**53
+        return draw / job.remaining

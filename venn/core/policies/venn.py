@@ -7,7 +7,8 @@ from typing import Literal
 import numpy as np
 
 from venn.core.irs import irs_plan_grouped
-from venn.core.policies.base import PolicyView, QueueKey, Sections, sections_of
+from venn.core.policies.base import PolicyView
+from venn.core.state import JobState
 
 
 class IrsPolicy:
@@ -23,16 +24,22 @@ class IrsPolicy:
     larger round (docs/reproduction.md measures both).
     """
 
-    name = "venn-sched"
     mode: Literal["first", "uniform"] = "first"
     ordering: Literal["idx", "key"] = "key"
-    remaining_ordered = True
     num_sections = 2  # the owner group's jobs, then every other eligible job
 
     def __init__(self, queue_key: Literal["round", "job"] = "job") -> None:
-        self.queue_key: QueueKey = queue_key
+        self.queue_key = queue_key
         self.owner = np.zeros(0, dtype=np.int64)
         self._table: np.ndarray | None = None
+
+    def weight(self, job: JobState) -> float:
+        if self.queue_key == "round":
+            return 1.0
+        # The job's remaining work over the round's remaining demand (an open round
+        # belongs to an unfinished job, so later rounds are rounds - done - 1).
+        later = (job.spec.rounds - job.rounds_done - 1) * job.demand
+        return (job.remaining + later) / job.remaining
 
     def replan(self, view: PolicyView) -> None:
         if len(view) == 0:
@@ -58,6 +65,3 @@ class IrsPolicy:
         table = (np.arange(num_groups)[None, :] != owner[:, None]).astype(np.int64)
         self._table = table
         return table
-
-    def sections(self, view: PolicyView, signature: int) -> Sections:
-        return sections_of(self, view, signature)

@@ -1,0 +1,284 @@
+"""Compiling a policy's preference over the open jobs into a dispatch table.
+
+Row (s, t) of the table lists the open jobs eligible for signature s and allowed on
+capacity tier t, section by section in the policy's order (the whole row for a uniform
+pick, its head otherwise). A job at the head of some row gets a budget: its remaining
+demand, or fewer if its shrinking key would overtake the job just ahead of it in some
+section of any row (ordered policies only).
+
+A first pick works on job *classes* (group and tier restriction): a class's jobs sit in
+the same row sections, so a row section's head is the first job of the earliest class
+that is in it, and the compile visits classes (tens) rather than jobs (thousands). The
+open jobs arrive already filed by class and order (``venn.core.open_jobs``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+import numpy as np
+
+from venn.core.dispatch import NO_LIMIT, DispatchTable, overtake_count
+from venn.core.open_jobs import OpenJobs
+from venn.core.policies.base import Policy, PolicyView
+
+# Up to this many (jobs x row sections) a uniform pick is compiled in plain Python.
+SMALL_UNIFORM = 4096
+
+
+class RowSections:
+    """Bit sets of the row sections each job class (group, tier restriction) is in.
+
+    Bit ``(s * v + t) * k + section`` stands for section ``section`` of row (s, t) of a
+    dispatch table over ``v`` tiers and ``k`` sections.
+    """
+
+    def __init__(self, sig_matrix: np.ndarray, table: np.ndarray | None, v: int, k: int):
+        self.sig_matrix = sig_matrix
+        self.table = table
+        self.v = v
+        self.k = k
+        sigs, groups = sig_matrix.shape
+        stride = v * k
+        # Each group's bits for tier 0: bit s * stride + its section at s, for every
+        # signature s it is eligible for (packed with numpy, read as one int).
+        pos = np.arange(sigs, dtype=np.int64)[:, None] * stride
+        pos = pos + table if table is not None else np.broadcast_to(pos, (sigs, groups))
+        s_idx, g_idx = np.nonzero(sig_matrix)
+        marks = np.zeros((groups, max(1, sigs * stride)), dtype=bool)
+        marks[g_idx, pos[s_idx, g_idx]] = True
+        packed = np.packbits(marks, axis=1, bitorder="little")
+        self._group_bits = [int.from_bytes(row.tobytes(), "little") for row in packed]
+        # Tier t's bits are tier 0's shifted by t * k; the unrestricted class has all.
+        self._all_tiers = sum(1 << (t * k) for t in range(v))
+        # All rows' bits of one section: sum of 2**(r*k + section) over rows r.
+        row_bits = ((1 << (sigs * v * k)) - 1) // ((1 << k) - 1)
+        self.section_bits = [row_bits << sec for sec in range(k)]
+        self.bits: dict[int, int] = {}  # class -> its row-section bits
+
+    def matches(self, sig_matrix: np.ndarray, table: np.ndarray | None, v: int) -> bool:
+        return self.sig_matrix is sig_matrix and self.table is table and self.v == v
+
+    def of(self, klass: int) -> int:
+        """Bits of a class ``group * (v + 1) + tier + 1`` (tier -1: unrestricted)."""
+        bits = self.bits.get(klass)
+        if bits is None:
+            group, tier = divmod(klass, self.v + 1)
+            own = self._group_bits[group]
+            bits = own * self._all_tiers if tier == 0 else own << ((tier - 1) * self.k)
+            self.bits[klass] = bits
+        return bits
+
+
+class TableCompiler:
+    """Compiles dispatch tables for one scheduler (caches what survives compiles)."""
+
+    def __init__(self, num_tiers: int) -> None:
+        self.num_tiers = num_tiers
+        self._sections: RowSections | None = None
+        self._sig_int: tuple[np.ndarray | None, np.ndarray] = (None, np.zeros((0, 0)))
+
+    def compile(
+        self, jobs: OpenJobs, num_jobs: int, policy: Policy, view: PolicyView
+    ) -> DispatchTable:
+        """The table for the open jobs under the policy's current preference."""
+        num_sigs = view.num_signatures
+        sigs = max(1, num_sigs)
+        v = self.num_tiers
+        n = len(jobs)
+        uniform = policy.mode == "uniform"
+        if n == 0 or num_sigs == 0:
+            width = max(1, n) if uniform else 1
+            return DispatchTable(
+                np.full((sigs, v, width), -1, dtype=np.int64),
+                np.zeros((sigs, v), dtype=np.int64),
+                uniform,
+                jobs.budgets(num_jobs),
+            )
+        table = policy.section_table(view)
+        k = 1 if table is None else policy.num_sections
+        sections = self._row_sections(view.sig_matrix, table, k)
+        if uniform:
+            if n * num_sigs * v * k <= SMALL_UNIFORM:
+                return self._uniform_small(jobs, num_jobs, sections, num_sigs)
+            return self._uniform_numpy(jobs, num_jobs, view.sig_matrix, table, k)
+        return self._first(jobs, num_jobs, sections, view.sig_matrix, policy.ordering == "key")
+
+    def _row_sections(
+        self, sig_matrix: np.ndarray, table: np.ndarray | None, k: int
+    ) -> RowSections:
+        """The class bit sets for the current eligibility and section tables (cached
+        while both stay the same objects)."""
+        cache = self._sections
+        if cache is None or not cache.matches(sig_matrix, table, self.num_tiers):
+            cache = self._sections = RowSections(sig_matrix, table, self.num_tiers, k)
+        return cache
+
+    def _counts(self, jobs: OpenJobs, sig_matrix: np.ndarray) -> np.ndarray:
+        """Candidates per row: the open jobs eligible for its signature and allowed on
+        its tier (int64 [signatures, tiers])."""
+        v = self.num_tiers
+        cached_for, sig_int = self._sig_int
+        if cached_for is not sig_matrix:
+            sig_int = sig_matrix.astype(np.int64)
+            self._sig_int = (sig_matrix, sig_int)
+        per_group = np.zeros((sig_matrix.shape[1], v + 1), dtype=np.int64)
+        for klass, members in jobs.classes.items():
+            group, tier = divmod(klass, v + 1)
+            per_group[group, tier] += len(members)
+        counts: np.ndarray = sig_int @ (per_group[:, :1] + per_group[:, 1:])
+        return counts
+
+    def _first(
+        self,
+        jobs: OpenJobs,
+        num_jobs: int,
+        sections: RowSections,
+        sig_matrix: np.ndarray,
+        ordered: bool,
+    ) -> DispatchTable:
+        """A first pick: each row's head, and the heads' budgets."""
+        v, k = self.num_tiers, sections.k
+        sigs = sig_matrix.shape[0]
+        num_rows = sigs * v
+        # Classes in the order of their first jobs.
+        heads = sorted((members[0], klass) for klass, members in jobs.classes.items())
+        bits_of = sections.of
+        class_bits = [bits_of(klass) for _, klass in heads]
+        head_job = [jobs.idx_of(first) for first, _ in heads]
+        present = 0  # row sections with at least one job
+        for b in class_bits:
+            present |= b
+        head = [-1] * num_rows
+        used: set[int] = set()  # positions in ``heads`` of classes that head a row
+        done = 0  # rows with a head, as their section-0 bits
+        for sec, sec_bits in enumerate(sections.section_bits):
+            want = sec_bits & ~(done << sec) & present
+            if not want:
+                continue
+            for pos, b in enumerate(class_bits):
+                hit = b & want
+                if hit:
+                    want ^= hit
+                    used.add(pos)
+                    job = head_job[pos]
+                    while hit:
+                        low = hit & -hit
+                        r = (low.bit_length() - 1) // k
+                        head[r] = job
+                        done |= 1 << (r * k)
+                        hit ^= low
+                    if not want:
+                        break
+        budget = jobs.budgets(num_jobs)
+        if ordered:
+            order = jobs.order
+            entries = jobs.entries
+            for pos in used:
+                if pos == 0:
+                    continue  # the first job of all: nobody is ahead of it
+                first, _ = heads[pos]
+                b = class_bits[pos]
+                # The nearest job ahead sharing a row section is the one overtaken first.
+                q = bisect_left(order, first) - 1  # type: ignore[arg-type]
+                while q >= 0 and not bits_of(entries[jobs.idx_of(order[q])].klass) & b:
+                    q -= 1
+                if q < 0:
+                    continue
+                behind = entries[head_job[pos]]
+                ahead = entries[jobs.idx_of(order[q])]
+                limit = overtake_count(
+                    behind.remaining,
+                    behind.weight,
+                    behind.idx,
+                    ahead.remaining,
+                    ahead.weight,
+                    ahead.idx,
+                )
+                if limit < behind.remaining:
+                    budget[behind.idx] = limit
+        counts = self._counts(jobs, sig_matrix)
+        return DispatchTable(
+            np.array(head, dtype=np.int64).reshape(sigs, v, 1),
+            counts,
+            False,
+            budget,
+            head,
+        )
+
+    def _uniform_small(
+        self, jobs: OpenJobs, num_jobs: int, sections: RowSections, num_sigs: int
+    ) -> DispatchTable:
+        """A uniform pick in plain Python over bit sets (fast for small instances)."""
+        v, k = self.num_tiers, sections.k
+        n = len(jobs)
+        entries = jobs.entries
+        ordered = jobs.in_order()
+        bits = [sections.of(entries[i].klass) for i in ordered]
+        flat: list[int] = []
+        counts = []
+        rows = []
+        for r in range(num_sigs * v):
+            row: list[int] = []
+            for sec in range(k):
+                bit = 1 << (r * k + sec)
+                row.extend([i for i, b in zip(ordered, bits, strict=True) if b & bit])
+            counts.append(len(row))
+            rows.append(row)
+            flat.extend(row)
+            flat.extend([-1] * (n - len(row)))
+        return DispatchTable(
+            np.array(flat, dtype=np.int64).reshape(num_sigs, v, n),
+            np.array(counts, dtype=np.int64).reshape(num_sigs, v),
+            True,
+            jobs.budgets(num_jobs),
+            row_lists=rows,
+        )
+
+    def _uniform_numpy(
+        self,
+        jobs: OpenJobs,
+        num_jobs: int,
+        sig_matrix: np.ndarray,
+        table: np.ndarray | None,
+        k: int,
+    ) -> DispatchTable:
+        """A uniform pick with numpy: masks over the jobs in preference order, compacted
+        row by row into full candidate lists."""
+        sigs = sig_matrix.shape[0]
+        v = self.num_tiers
+        n = len(jobs)
+        entries = jobs.entries
+        ordered = jobs.in_order()
+        idx_s = np.array(ordered, dtype=np.int64)
+        group_s = np.array([entries[i].group for i in ordered], dtype=np.int64)
+        tiers = [entries[i].tier for i in ordered]
+        tier_s = np.array([-1 if t is None else t for t in tiers], dtype=np.int64)
+        eligible = sig_matrix[:, group_s]  # [signatures, jobs in preference order]
+        if table is None:
+            keep = eligible
+        else:
+            section_s = table[:, group_s]
+            keep = np.concatenate([eligible & (section_s == i) for i in range(k)], axis=1)
+        if v > 1:
+            if (tier_s >= 0).any():
+                allowed = (tier_s < 0) | (tier_s == np.arange(v)[:, None])  # [tiers, jobs]
+                if k > 1:
+                    allowed = np.tile(allowed, k)
+                keep = (keep[:, None, :] & allowed[None, :, :]).reshape(sigs * v, k * n)
+            else:
+                keep = np.repeat(keep, v, axis=0)
+        # Row-major nonzero lists each row's entries in order: section, then preference.
+        rows, cols = np.nonzero(keep)
+        counts = np.bincount(rows, minlength=sigs * v)
+        starts = np.cumsum(counts) - counts
+        pos = np.arange(len(rows)) - starts[rows]
+        picked = cols % n if k > 1 else cols  # position in preference order
+        candidates = np.full((sigs * v, n), -1, dtype=np.int64)
+        candidates[rows, pos] = idx_s[picked]
+        return DispatchTable(
+            candidates.reshape(sigs, v, n), counts.reshape(sigs, v), True, jobs.budgets(num_jobs)
+        )
+
+
+__all__ = ["NO_LIMIT", "RowSections", "TableCompiler"]

@@ -1,0 +1,66 @@
+"""What the core tracks of one job, and the deterministic per-round draw.
+
+``JobState`` is read by the policies (their order weights), the mechanism
+(``venn.core.scheduler``) and the snapshots (``venn.core.snapshot``); only the mechanism
+and snapshot restoration write it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from venn.core.model import JobSpec
+
+_MASK64 = (1 << 64) - 1
+
+
+def splitmix(*parts: int) -> int:
+    """A tiny deterministic hash (splitmix64) for per-round random draws."""
+    x = 0x9E3779B97F4A7C15
+    for p in parts:
+        x = (x ^ (p & _MASK64)) * 0xBF58476D1CE4E5B9 & _MASK64
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK64
+        x ^= x >> 31
+    return x
+
+
+def mean(values: deque[float]) -> float:
+    """``float(np.mean(values))`` (the same sum and division), without its overhead."""
+    return float(np.add.reduce(np.array(values, dtype=np.float64))) / len(values)
+
+
+@dataclass
+class JobState:
+    """Everything the core tracks of one job."""
+
+    spec: JobSpec
+    idx: int
+    group: int
+    registered_at: float
+    rounds_done: int = 0
+    attempts: int = 0
+    round_index: int = -1
+    round_open: bool = False
+    demand: int = 0
+    remaining: int = 0
+    requested_at: float = 0.0
+    filled_at: float | None = None
+    tier: int | None = None  # capacity tier the current round is restricted to
+    assigned: int = 0  # devices assigned to the current round
+    service: int = 0  # devices assigned over the job's life
+    devices: set[Hashable] = field(default_factory=set)
+    sched_delays: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+    response_times: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+
+    @property
+    def finished(self) -> bool:
+        return self.rounds_done >= self.spec.rounds
+
+    @property
+    def wants_devices(self) -> bool:
+        """Its round is open and still needs devices."""
+        return self.round_open and self.remaining > 0
