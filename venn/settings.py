@@ -90,6 +90,12 @@ class Settings:
         "http://coordinator.local",
         "Base of the task URL an assignment gives a device (the job's own server).",
     )
+    checkin_max_age_s: float = _env(
+        "VENN_CHECKIN_MAX_AGE_S",
+        10.0,
+        "A check-in older than this when the scheduler reads it is dropped, not assigned (its "
+        "device was answered long ago: after a restart or an offset reset).",
+    )
     dedupe_window: int = _env(
         "VENN_DEDUPE_WINDOW", 100000, "Recent event ids a scheduler worker remembers for dedupe."
     )
@@ -108,6 +114,12 @@ class Settings:
     )
     gateway_max_lag_s: float = _env(
         "VENN_GATEWAY_MAX_LAG_S", 0.25, "Event-loop lag beyond which new check-ins get 429."
+    )
+    gateway_idle_timeout_s: float = _env(
+        "VENN_GATEWAY_IDLE_TIMEOUT_S",
+        10.0,
+        "A connection that has not completed a request's headers in this long (or idles this "
+        "long between requests) is closed.",
     )
     gateway_max_body: int = _env("VENN_GATEWAY_MAX_BODY", 16384, "Largest request body, bytes.")
     gateway_retry_after_s: int = _env(

@@ -624,7 +624,14 @@ class GatewayServer:
         return f"http://{self.config.host}:{self.port}"
 
     async def start(self) -> int:
-        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self.runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            # aiohttp closes a connection still waiting for a request's headers when this
+            # expires (it is armed at connect): the header timeout, and the keep-alive idle.
+            keepalive_timeout=self.config.idle_timeout_s,
+        )
         await self.runner.setup()
         site = web.TCPSite(
             self.runner,

@@ -25,6 +25,10 @@ class GatewayConfig:
     process is CPU-bound, requests wait before their handler (and its bound) even starts,
     so shedding on lag keeps the answers of admitted requests fast."""
     max_body_bytes: int = 16384
+    idle_timeout_s: float = 10.0
+    """A connection that sends no complete request headers within this long, or idles this
+    long between requests, is closed (a client that never finishes its headers held its
+    connection forever: issue 12, defect 8). The body has its own bound, ``wait_s``."""
     retry_after_s: int = 30
     """retry_after of a check-in that got no assignment."""
     busy_retry_after_s: int = 2
@@ -54,6 +58,7 @@ class GatewayConfig:
             max_inflight=s.gateway_max_inflight,
             max_lag_s=s.gateway_max_lag_s,
             max_body_bytes=s.gateway_max_body,
+            idle_timeout_s=s.gateway_idle_timeout_s,
             retry_after_s=s.gateway_retry_after_s,
             busy_retry_after_s=s.gateway_busy_retry_after_s,
             fast_no=bool(s.gateway_fast_no),
@@ -67,5 +72,7 @@ class GatewayConfig:
             raise ValueError("VENN_GATEWAY_WAIT_S must be > 0")
         if self.max_inflight < 1:
             raise ValueError("VENN_GATEWAY_MAX_INFLIGHT must be >= 1")
+        if self.idle_timeout_s <= 0:
+            raise ValueError("VENN_GATEWAY_IDLE_TIMEOUT_S must be > 0")
         if self.batch_max < 1:
             raise ValueError("VENN_GATEWAY_BATCH_MAX must be >= 1")

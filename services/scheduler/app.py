@@ -215,11 +215,16 @@ def create_app(
                 dead_letter(event.value, reason, topic, message.partition, message.offset, now)
 
     def decide(event: ev.Event, _partition: int, now: float) -> Any:
+        stale = state.stale_checkins
+        out: list[ev.Event] | ev.Assignment | None
         if isinstance(event, ev.CheckinBatch):
             metrics.CHECKINS.inc(len(event.checkins))
-            return state.on_checkin_batch(event, now)
-        metrics.CHECKINS.inc()
-        return state.on_checkin(event, now)
+            out = state.on_checkin_batch(event, now)
+        else:
+            metrics.CHECKINS.inc()
+            out = state.on_checkin(event, now)
+        metrics.STALE_CHECKINS.inc(state.stale_checkins - stale)
+        return out
 
     def adopt(event: ev.Event, partition: int, now: float) -> None:
         metrics.ADOPTED.inc(state.on_assignment(event, partition, now))

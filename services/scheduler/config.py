@@ -20,6 +20,7 @@ class SchedulerConfig:
     web_port: int = 0
     task_url_base: str = DEFAULT_TASK_URL_BASE
     dedupe_window: int = 100_000
+    checkin_max_age_s: float = 10.0
 
     @classmethod
     def from_env(
@@ -35,6 +36,7 @@ class SchedulerConfig:
             web_port=s.scheduler_web_port or free_port(),
             task_url_base=s.task_url_base.rstrip("/"),
             dedupe_window=s.dedupe_window,
+            checkin_max_age_s=s.checkin_max_age_s,
         )
 
     def task_url(self, job_id: str, round_index: int) -> str:

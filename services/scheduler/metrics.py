@@ -16,3 +16,7 @@ REBUILDS = Counter("venn_scheduler_rebuilds", "Core rebuilds from the tables")
 OUTPUT_ERRORS = Counter(
     "venn_scheduler_output_errors", "Outputs that could not be sent", ["topic", "error"]
 )
+STALE_CHECKINS = Counter(
+    "venn_scheduler_stale_checkins",
+    "Check-ins dropped as too old to act on (VENN_CHECKIN_MAX_AGE_S)",
+)

@@ -103,6 +103,7 @@ class SchedulerState:
         self.ledgers: dict[str, RoundLedger] = {}
         """job_id -> what the ``round`` table holds of its open round."""
         self.decided: set[str] = set()  # assignment ids this core instance decided itself
+        self.stale_checkins = 0
         self.loaded = False
 
     def _new_core(self) -> Scheduler:
@@ -295,6 +296,11 @@ class SchedulerState:
     # -- venn.checkins -----------------------------------------------------------------
     def on_checkin(self, event: ev.Event, now: float) -> ev.Assignment | None:
         assert isinstance(event, ev.DeviceCheckin)
+        if now - event.time > self.config.checkin_max_age_s:
+            # Read long after it was sent (a restart, an offset reset): its device was
+            # answered retry_after long ago and may be gone; it must not take a slot.
+            self.stale_checkins += 1
+            return None
         slot = self.core.slot_of(event.attrs)
         tier = self.core.tier_of(speed_proxy(event.speed_ms_per_sample, event.bandwidth_kbps))
         decision = self.core.checkin(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -305,6 +306,23 @@ async def test_bad_input_gets_clear_4xx(stack: Stack) -> None:
     # The same body, well formed, is accepted.
     status, payload, _ = await stack.checkin(good["device_id"], good["attrs"])  # type: ignore[arg-type]
     assert status == 200 and payload["assigned"] is False
+
+
+async def test_a_connection_that_never_finishes_its_headers_is_closed(stack: Stack) -> None:
+    """Issue 12, defect 8: such a connection was held indefinitely."""
+    config = dataclasses.replace(stack.server.config, port=0, idle_timeout_s=1.0)
+    server = GatewayServer(config)
+    port = await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/checkin HTTP/1.1\r\nHost: gw\r\nContent-Length: 10\r\n")
+        await writer.drain()
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the server
+        assert 0.5 < time.monotonic() - started < 5
+        writer.close()
+    finally:
+        await server.stop()
 
 
 async def test_eligible_gets_assignment_ineligible_gets_retry_after(stack: Stack) -> None:

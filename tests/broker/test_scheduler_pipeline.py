@@ -136,6 +136,14 @@ class Worker:
         with open(self.log_path, "ab") as log:
             self.proc = start_worker(self.env, log)
 
+    def metric_total(self, name: str) -> float:
+        url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/metrics"
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+        return 0.0
+
     def metric(self, name: str, topic: str) -> float:
         url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/metrics"
         text = urllib.request.urlopen(url, timeout=5).read().decode()
@@ -409,6 +417,28 @@ async def test_a_record_of_any_size_leaves_scheduling_running(stack: tuple[Bus, 
     await bus.barrier(topics.JOBS)
     await checkins(bus, [f"ok{i}-{tok}" for i in range(2)], {attr: 2})
     await bus.wait_for(lambda: len(bus.assigned({job_id})) == 2)
+    await bus.send(topics.ROUNDS, finished(job_id))
+
+
+async def test_a_stale_checkin_takes_no_slot(stack: tuple[Bus, Worker]) -> None:
+    """Issue 12, defect 8: after an offset reset, a check-in declined minutes earlier took a
+    later round's only slot. A check-in older than VENN_CHECKIN_MAX_AGE_S is dropped."""
+    bus, worker = stack
+    tok = uuid.uuid4().hex[:8]
+    attr, job_id = f"cpu_{tok}", f"stale-{tok}"
+    await bus.send(topics.JOBS, job(job_id, attr, 1, demand=1))
+    await bus.send(topics.JOBS, round_request(job_id, 0, 1))
+    await bus.barrier(topics.JOBS)
+    dropped = worker.metric_total("venn_scheduler_stale_checkins_total")
+    old = msgspec.structs.replace(checkin(f"old-{tok}", {attr: 2}), time=time.time() - 120)
+    await bus.send(topics.CHECKINS, old)
+    await bus.barrier(topics.CHECKINS)
+    await asyncio.sleep(0.5)
+    assert bus.assigned({job_id}) == []
+    assert worker.metric_total("venn_scheduler_stale_checkins_total") == dropped + 1
+    await checkins(bus, [f"fresh-{tok}"], {attr: 2})
+    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 1)
+    assert bus.assigned({job_id})[0].device_id == f"fresh-{tok}"
     await bus.send(topics.ROUNDS, finished(job_id))
 
 
