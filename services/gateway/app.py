@@ -446,10 +446,10 @@ class Gateway:
             return self.busy("broker_unavailable")
         # One result per device and round: a retried upload keeps its id (consumers dedupe).
         event = ev.DeviceResult(
-            event_id=f"res:{req.job_id}:{req.round_index}:{req.device_id}",
+            event_id=f"res:{req.job_id}:{req.round}:{req.device_id}",
             time=time.time(),
             job_id=req.job_id,
-            round_index=req.round_index,
+            round_index=req.round,
             device_id=req.device_id,
             ok=req.ok,
             response_time_s=req.response_time_s,
@@ -530,9 +530,12 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         if exc.status < 400:
             raise
-        return _json(
+        response = _json(
             {"error": exc.reason.lower().replace(" ", "_"), "detail": exc.text or ""}, exc.status
         )
+        if "Allow" in exc.headers:  # a 405 must say which methods are allowed (RFC 9110)
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except asyncio.CancelledError:
         raise
     except Exception:

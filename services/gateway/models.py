@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import msgspec
 
-from venn.fields import Attrs, Bandwidth, Duration, Id, RoundIndex, Speed, Text
+from venn.fields import INDEX_MAX, Attrs, Bandwidth, Duration, Id, Speed, Text
+
+# JSON Schema's "integer" includes 7.0 (a JSON number with a zero fraction), and some device
+# SDKs send that: read a number, accept it when it is integral (checked in __post_init__).
+IntegralIndex = Annotated[float, msgspec.Meta(ge=0, le=INDEX_MAX)]
 
 T = TypeVar("T")
 
@@ -25,10 +29,18 @@ class ResultRequest(msgspec.Struct, frozen=True):
 
     device_id: Id
     job_id: Id
-    round_index: RoundIndex
+    round_index: IntegralIndex
     ok: bool
     response_time_s: Duration
     reason: Text | None = None
+
+    def __post_init__(self) -> None:
+        if not float(self.round_index).is_integer():
+            raise ValueError("Expected an integer - at `$.round_index`")
+
+    @property
+    def round(self) -> int:
+        return int(self.round_index)
 
 
 class RequestError(Exception):

@@ -33,6 +33,8 @@ def request_schemas() -> dict[str, Json]:
     )
     for schema in components.values():
         schema["additionalProperties"] = True  # newer device SDKs may send more
+    # Read as a number and accepted when integral (models.IntegralIndex): JSON Schema's integer.
+    components["ResultRequest"]["properties"]["round_index"]["type"] = "integer"
     components["CheckinRequest"]["properties"]["attrs"]["description"] = (
         "Reported attributes, e.g. cpu_f, ram, fp16_mem, android_os; a job's requirement is "
         "a set of thresholds on them."
