@@ -36,7 +36,7 @@ def floats(low: float, high: float) -> st.SearchStrategy[float]:
     return st.floats(low, high, allow_nan=False) | st.sampled_from([low, high])
 
 
-closes = st.builds(
+closes: st.SearchStrategy[dict[str, Any]] = st.builds(
     dict,
     event_id=ids(fields.EVENT_ID_MAX),
     time=floats(0, fields.TIME_MAX),
@@ -51,7 +51,7 @@ closes = st.builds(
     sched_delay_s=floats(0, fields.DURATION_MAX),
     response_time_s=floats(0, fields.DURATION_MAX),
 )
-registrations = st.builds(
+registrations: st.SearchStrategy[dict[str, Any]] = st.builds(
     dict,
     event_id=ids(fields.EVENT_ID_MAX),
     time=floats(0, fields.TIME_MAX),
@@ -98,7 +98,7 @@ def test_every_decodable_event_is_written(
     assert (reason, index, demand) == (event.reason, event.round_index, registered.demand)
 
 
-PAST = {
+PAST: dict[str, list[Any]] = {
     "job_id": ["x" * (fields.ID_MAX + 1), "a\x00b", "tab\there"],
     "event_id": ["e" * (fields.EVENT_ID_MAX + 1)],
     "round_index": [fields.INDEX_MAX + 1, -1, 2**63],
