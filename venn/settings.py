@@ -37,6 +37,12 @@ class Settings:
         "is a cluster you run), auto (kafka where a JDK 17+ and Maven or the cached jars are "
         "present, else tansu).",
     )
+    kafka_nodes: int = _env(
+        "VENN_KAFKA_NODES",
+        1,
+        "Apache Kafka nodes `venn up` starts locally: 1, or 3 (topics replicated 3 times, "
+        "min.insync.replicas 2: one node may fail).",
+    )
     broker_tuning: str = _env(
         "VENN_BROKER_TUNING",
         "",

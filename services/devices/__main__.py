@@ -25,6 +25,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--start", type=float, default=0.0, help="trace time to start from (s)")
     p.add_argument("--epoch", type=float, default=None, help="wall time of --start (shared)")
+    p.add_argument(
+        "--gateway", default=None, help="check in over HTTP at this gateway URL (default: Kafka)"
+    )
     p.add_argument("--log-level", default="INFO")
     return p.parse_args()
 
@@ -42,7 +45,13 @@ async def main_async(args: argparse.Namespace) -> None:
     epoch = time.time() if args.epoch is None else args.epoch
     clock = TraceClock(speedup=args.speedup, epoch=epoch, origin=args.start)
     stats = await run_devices(
-        Settings.from_env(), source, args.speedup, stop, clock=clock, start=args.start
+        Settings.from_env(),
+        source,
+        args.speedup,
+        stop,
+        clock=clock,
+        start=args.start,
+        gateway_url=args.gateway,
     )
     logging.getLogger("venn.devices").info("stopped: %s", stats)
 

@@ -14,9 +14,11 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+import aiohttp
 import msgspec
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -57,6 +59,7 @@ class FleetStats:
     results_failed: int = 0
     refused: int = 0  # assignments to a device already serving its check-in's task
     unknown: int = 0  # assignments to devices this fleet has no open check-in for
+    http_errors: int = 0  # check-ins or uploads the gateway did not answer (HTTP mode)
     trace_time: float = 0.0
 
 
@@ -137,13 +140,16 @@ class DeviceFleet:
                 bandwidth_kbps=float(batch.comm[i]) * FLEET_MEAN_COMM_KBPS,
             )
 
-    async def _publish_checkins(self, batch: CheckinBatch) -> None:
-        assert self._producer is not None
+    def _open_windows(self, batch: CheckinBatch) -> None:
         durations = task_duration(batch, self.workload_s)
         for i in range(len(batch)):
             self._windows[str(int(batch.device_id[i]))] = _Window(
                 end=float(batch.end[i]), duration=float(durations[i])
             )
+
+    async def _publish_checkins(self, batch: CheckinBatch) -> None:
+        assert self._producer is not None
+        self._open_windows(batch)
         # Each tick's check-ins go out as CheckinBatch events (one Kafka message per
         # partition and FLEET_BATCH check-ins): the scheduler's cost is per message. A batch
         # holds devices of one partition, the one their device_id key maps to.
@@ -208,8 +214,7 @@ class DeviceFleet:
         heapq.heappush(self._due, _Due(at, self._seq, result))
         self._wake.set()
 
-    async def _publish_due_results(self, now: float) -> None:
-        assert self._producer is not None
+    def _due_results(self, now: float) -> Iterator[DeviceResult]:
         while self._due and self._due[0].at <= now:
             item = heapq.heappop(self._due)
             result = msgspec.structs.replace(item.result, time=time.time())
@@ -217,6 +222,11 @@ class DeviceFleet:
                 self.stats.results_ok += 1
             else:
                 self.stats.results_failed += 1
+            yield result
+
+    async def _publish_due_results(self, now: float) -> None:
+        assert self._producer is not None
+        for result in self._due_results(now):
             fut = await self._producer.send(
                 topics.RESULTS, events.encode(result), key=events.key_of(result)
             )
@@ -311,6 +321,99 @@ class DeviceFleet:
                 await asyncio.wait_for(self._wake.wait(), delay)
 
 
+class HttpDeviceFleet(DeviceFleet):
+    """The same devices, speaking HTTP to a gateway as real devices do: a check-in is a
+    POST answered with an assignment or retry_after, a result is a POST. A gateway that
+    does not answer (restarting, overloaded) costs the device its check-in; a result upload
+    is retried a few times."""
+
+    RESULT_TRIES = 5
+
+    def __init__(self, gateway_url: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gateway_url = gateway_url.rstrip("/")
+        self._http: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish_checkins(self, batch: CheckinBatch) -> None:
+        self._open_windows(batch)
+        for event in self._checkin_events(batch):
+            self._spawn(self._checkin(event))
+
+    async def _checkin(self, event: DeviceCheckin) -> None:
+        assert self._http is not None
+        body = {
+            "device_id": event.device_id,
+            "attrs": event.attrs,
+            "speed_ms_per_sample": event.speed_ms_per_sample,
+            "bandwidth_kbps": event.bandwidth_kbps,
+        }
+        try:
+            async with self._http.post(f"{self.gateway_url}/v1/checkin", json=body) as r:
+                answer = await r.json() if r.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            answer = None
+        if answer is None:
+            self.stats.http_errors += 1
+            return
+        if answer.get("assigned"):
+            assignment = Assignment(
+                event_id=f"http:{answer['checkin_id']}",
+                time=time.time(),
+                job_id=answer["job_id"],
+                round_index=answer["round_index"],
+                device_id=event.device_id,
+                task_url=answer["task_url"],
+                speed_ms_per_sample=event.speed_ms_per_sample,
+                bandwidth_kbps=event.bandwidth_kbps,
+            )
+            self.on_assignment(assignment, self.clock.now())
+
+    async def _publish_due_results(self, now: float) -> None:
+        for result in self._due_results(now):
+            self._spawn(self._upload(result))
+
+    async def _upload(self, result: DeviceResult) -> None:
+        assert self._http is not None
+        body = {
+            "device_id": result.device_id,
+            "job_id": result.job_id,
+            "round_index": result.round_index,
+            "ok": result.ok,
+            "response_time_s": result.response_time_s,
+            "reason": result.reason,
+        }
+        for attempt in range(self.RESULT_TRIES):
+            try:
+                async with self._http.post(f"{self.gateway_url}/v1/results", json=body) as r:
+                    if r.status == 202:
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(0.5 * 2**attempt)
+        self.stats.http_errors += 1
+
+    async def run(
+        self, stop: asyncio.Event, start: float = 0.0, end: float = math.inf
+    ) -> FleetStats:
+        timeout = aiohttp.ClientTimeout(total=10)
+        connector = aiohttp.TCPConnector(limit=256)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
+            self._http = http
+            try:
+                await self._replay(stop, start, end)
+            finally:
+                if self._tasks:
+                    await asyncio.wait(list(self._tasks), timeout=15)
+                self._http = None
+        return self.stats
+
+
 async def run_devices(
     settings: Settings,
     source: CheckinSource,
@@ -322,12 +425,18 @@ async def run_devices(
     end: float = math.inf,
     stats: FleetStats | None = None,
     workload_s: float = 30.0,
+    gateway_url: str | None = None,
 ) -> FleetStats:
-    """Replay ``source`` at ``speedup`` x wall clock until ``stop_event`` is set.
+    """Replay ``source`` at ``speedup`` x wall clock until ``stop_event`` is set, straight
+    to Kafka, or through the gateway at ``gateway_url`` (HTTP, as real devices do).
 
     ``clock`` (default: trace time ``start`` now) lets coordinators share the fleet's
     trace time. Returns the fleet's counters.
     """
     clock = clock or TraceClock(speedup=speedup, origin=start)
-    fleet = DeviceFleet(settings, source, clock, workload_s=workload_s, stats=stats)
+    fleet = (
+        HttpDeviceFleet(gateway_url, settings, source, clock, workload_s=workload_s, stats=stats)
+        if gateway_url
+        else DeviceFleet(settings, source, clock, workload_s=workload_s, stats=stats)
+    )
     return await fleet.run(stop_event, start, end)

@@ -1,10 +1,15 @@
-"""What only a real Apache Kafka does: idempotent and transactional producers."""
+"""What only a real Apache Kafka does: idempotent and transactional producers, and a
+replicated three-node cluster that loses a node."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
+from venn.broker.kafka import KafkaBroker
 from venn.broker.topics import delete_topics, ensure_topics
 
 
@@ -82,3 +87,42 @@ async def test_transactions_commit_and_abort(kafka: str, unique: str) -> None:
         assert b"aborted" in everything  # written, but hidden from read_committed readers
     finally:
         await delete_topics(kafka, [topic])
+
+
+async def test_a_three_node_cluster_keeps_serving_with_one_node_down(
+    broker_kind: str, tmp_path: Path, unique: str
+) -> None:
+    if broker_kind != "kafka":
+        pytest.skip("needs Apache Kafka (VENN_TEST_BROKER_KIND=tansu)")
+    cluster = KafkaBroker(tmp_path / "kafka", nodes=3)
+    cluster.start()
+    try:
+        bootstrap = cluster.bootstrap
+        topic = f"rf{unique}"
+        await ensure_topics(bootstrap, 3, names=[topic])
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            (described,) = await admin.describe_topics([topic])
+        finally:
+            await admin.close()
+        assert {len(p["replicas"]) for p in described["partitions"]} == {3}
+
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            for i in range(10):
+                await producer.send_and_wait(topic, f"before-{i}".encode())
+            cluster.kill_node(2)
+            for i in range(10):  # min.insync.replicas=2: acks=all still succeeds
+                await producer.send_and_wait(topic, f"during-{i}".encode())
+        finally:
+            await producer.stop()
+        cluster.start_node(2)
+        values = await read_all(bootstrap, topic, 20, "read_uncommitted")
+        assert sorted(values) == sorted(
+            [f"before-{i}".encode() for i in range(10)]
+            + [f"during-{i}".encode() for i in range(10)]
+        )
+    finally:
+        cluster.stop()

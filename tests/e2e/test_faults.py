@@ -1,8 +1,9 @@
-"""The fault suite: one workload on the `venn up` stack (Apache Kafka, embedded Postgres,
-scheduler, recorder, gateway), a device fleet and a coordinator as separate processes,
-and during it each of the coordinator, the scheduler worker and the recorder killed with
-SIGKILL and started again. At the end every job finishes, every invariant of design.md
-holds, and round_audit has exactly one row per closed round.
+"""The fault suite: one workload on the `venn up` stack (a three-node Apache Kafka cluster,
+embedded Postgres, scheduler, recorder, gateway), a device fleet checking in over HTTP and a
+coordinator as separate processes, and during it each of the coordinator, the scheduler
+worker, the recorder, the gateway and one Kafka node killed with SIGKILL and started
+again. At the end every job finishes, every invariant of design.md holds, and round_audit
+has exactly one row per closed round.
 
 Then the replay: the scheduler's and the recorder's input topics are consumed again from
 offset 0 (their groups' offsets reset while they are stopped). Nothing changes: no table
@@ -30,11 +31,13 @@ from tests import invariants
 from venn.audit.db import make_engine
 from venn.audit.models import JobAudit, RoundAudit
 from venn.broker import topics
+from venn.broker.kafka import KafkaBroker
+from venn.broker.local import KAFKA_DIR, read_detached, write_record
 from venn.broker.process import free_port, pid_alive
 from venn.settings import Settings
 from venn.stack.capture import read_topics
 from venn.stack.demo import resolve_workload
-from venn.stack.local import down, service_env, up
+from venn.stack.local import down, gateway_spec, service_env, up
 from venn.stack.processes import (
     recorder_spec,
     running_services,
@@ -46,7 +49,8 @@ from venn.workloads import load_workload
 
 pytestmark = pytest.mark.e2e
 
-JOBS = 4
+JOBS = 5
+KILL_EVERY_S = 12.0
 SPEEDUP = 20.0
 WORKLOAD = ("--workload", "demo", "--jobs", str(JOBS), "--seed", "3")
 
@@ -80,9 +84,10 @@ class Run:
         )  # fmt: skip
 
     def fleet(self) -> subprocess.Popen[bytes]:
+        gateway = f"http://127.0.0.1:{self.settings.gateway_port}"
         return self.spawn(
             "devices", "services.devices", "--speedup", str(SPEEDUP), "--rate", "1.5",
-            "--epoch", str(self.epoch), "--log-level", "WARNING",
+            "--epoch", str(self.epoch), "--gateway", gateway, "--log-level", "WARNING",
         )  # fmt: skip
 
     def rounds_audited(self) -> int:
@@ -100,8 +105,26 @@ class Run:
             time.sleep(0.05)
 
     def restart_service(self, name: str) -> None:
-        spec = {"scheduler": scheduler_spec(), "recorder": recorder_spec()}[name]
+        spec = {
+            "scheduler": scheduler_spec(),
+            "recorder": recorder_spec(),
+            "gateway": gateway_spec(),
+        }[name]
         start_service(self.settings.run_dir, spec, service_env(self.settings, "venn", 0))
+
+    def kill_kafka_node(self, node_id: int) -> None:
+        record = read_detached(self.settings.run_dir)
+        assert record is not None and len(record.pids) == 3
+        os.kill(record.pids[node_id - 1], signal.SIGKILL)
+
+    def restart_kafka_node(self, node_id: int) -> None:
+        record = read_detached(self.settings.run_dir)
+        assert record is not None
+        cluster = KafkaBroker(Path(self.settings.run_dir) / KAFKA_DIR, nodes=3)
+        pids = list(record.pids)
+        pids[node_id - 1] = cluster.start_node(node_id, detached=True)
+        cluster.detach()
+        write_record(self.settings.run_dir, dataclasses.replace(record, pids=pids))
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -120,11 +143,17 @@ def stack(tmp_path: Path) -> Iterator[Run]:
             VENN_RUN_DIR=str(run_dir),
             VENN_BROKER=f"127.0.0.1:{free_port()}",
             VENN_BROKER_KIND="kafka",
+            VENN_KAFKA_NODES="3",
             VENN_GATEWAY_PORT=str(free_port()),
         )
     )
     info = up(settings)
-    settings = Settings.from_env(clean_env(VENN_RUN_DIR=str(info.run_dir)))
+    settings = dataclasses.replace(
+        settings,
+        run_dir=str(info.run_dir),
+        broker=info.broker,
+        database_url=info.database_url,
+    )
     env = clean_env(VENN_RUN_DIR=str(info.run_dir))
     try:
         yield Run(settings, env, time.time() + 2.0, tmp_path)
@@ -135,29 +164,34 @@ def stack(tmp_path: Path) -> Iterator[Run]:
 def test_every_job_finishes_through_kills_of_each_service(stack: Run) -> None:
     fleet = stack.fleet()
     coordinator = stack.coordinator()
+    killed: list[str] = []
+
+    def during_the_workload(what: str) -> None:
+        time.sleep(KILL_EVERY_S)
+        assert coordinator.poll() is None, f"the workload ended before {what} was killed"
+        killed.append(what)
+
     try:
-        # 1. the coordinator, once some rounds have closed
         wait_until(lambda: stack.rounds_audited() >= 2, 240, "two audited rounds")
+        killed.append("coordinator")
         coordinator.send_signal(signal.SIGKILL)
         coordinator.wait()
         coordinator = stack.coordinator()
-        # 2. the scheduler worker
-        seen = stack.rounds_audited()
-        wait_until(lambda: stack.rounds_audited() >= seen + 2, 240, "two more rounds")
-        stack.kill_service("scheduler")
-        stack.restart_service("scheduler")
-        # 3. the recorder
-        seen = stack.rounds_audited()
-        wait_until(lambda: stack.rounds_audited() >= seen + 2, 300, "two more rounds")
-        stack.kill_service("recorder")
-        time.sleep(2.0)  # rounds close meanwhile: the restarted recorder must catch up
-        stack.restart_service("recorder")
-        assert coordinator.wait(timeout=600) == 0, (stack.logs / "coordinator.log").read_text()
+        for name in ("scheduler", "recorder", "gateway"):
+            during_the_workload(name)
+            stack.kill_service(name)
+            stack.restart_service(name)
+        during_the_workload("kafka node 2")
+        stack.kill_kafka_node(2)
+        time.sleep(KILL_EVERY_S)  # the cluster serves on two nodes meanwhile
+        stack.restart_kafka_node(2)
+        assert coordinator.wait(timeout=900) == 0, (stack.logs / "coordinator.log").read_text()
     finally:
         for proc in (coordinator, fleet):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
+    assert killed == ["coordinator", "scheduler", "recorder", "gateway", "kafka node 2"]
 
     job_ids = [j.job_id for j in load_workload(resolve_workload("demo"), JOBS, 3).jobs]
     captured = asyncio.run(

@@ -395,14 +395,16 @@ class KafkaBroker:
         proc.kill()
         proc.wait()
 
-    def start_node(self, node_id: int) -> None:
+    def start_node(self, node_id: int, detached: bool = False) -> int:
+        """Start one node again (its storage is kept); returns its pid once the cluster
+        answers with every node."""
         java = java_binary()
         assert java is not None
         proc = self._procs.get(node_id)
-        if proc is not None and proc.poll() is None:
-            return
-        self._spawn(node_id, java, ensure_libs(self.version), detached=False)
+        if proc is None or proc.poll() is not None:
+            self._spawn(node_id, java, ensure_libs(self.version), detached)
         self.wait_ready()
+        return self._procs[node_id].pid
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM every node (a controlled shutdown), SIGKILL after ``timeout``."""

@@ -51,13 +51,16 @@ def resolve_kind(kind: str) -> str:
     return "kafka" if kafka.unavailable_reason() is None else "tansu"
 
 
-def local_broker(kind: str, run_dir: str | Path, address: str | None = None) -> LocalBroker:
+def local_broker(
+    kind: str, run_dir: str | Path, address: str | None = None, nodes: int = 1
+) -> LocalBroker:
     """A broker of ``kind`` (kafka or tansu) keeping its files in ``run_dir``, listening on
-    ``address`` (host:port; None = a free loopback port)."""
+    ``address`` (host:port of its first node; None = a free loopback port); Apache Kafka
+    with ``nodes`` nodes (1 or 3)."""
     run = Path(run_dir)
-    host, port = split_address(address) if address else ("127.0.0.1", None)
+    host, port = split_address(address.split(",")[0]) if address else ("127.0.0.1", None)
     if kind == "kafka":
-        return kafka.KafkaBroker(run / KAFKA_DIR, host=host, port=port)
+        return kafka.KafkaBroker(run / KAFKA_DIR, nodes=nodes, host=host, port=port)
     if kind == "tansu":
         return TansuBroker(port=port, host=host, log_path=run / TANSU_LOG)
     raise ValueError(f"no local broker of kind {kind!r}")
@@ -94,7 +97,9 @@ def read_detached(run_dir: str | Path) -> BrokerRecord | None:
     return record if record.alive() else None
 
 
-def start_detached(run_dir: str | Path, kind: str, address: str | None = None) -> BrokerRecord:
+def start_detached(
+    run_dir: str | Path, kind: str, address: str | None = None, nodes: int = 1
+) -> BrokerRecord:
     """Start a broker of ``kind`` that outlives this process (or reuse the live one of
     ``run_dir``); record its pids in ``run_dir``."""
     run = Path(run_dir)
@@ -102,11 +107,15 @@ def start_detached(run_dir: str | Path, kind: str, address: str | None = None) -
     existing = read_detached(run)
     if existing is not None:
         return existing
-    broker = local_broker(kind, run, address).start(detached=True)
+    broker = local_broker(kind, run, address, nodes).start(detached=True)
     record = BrokerRecord(broker.kind, broker.version, broker.bootstrap, broker.pids())
-    (run / RECORD_FILE).write_text(json.dumps(asdict(record)))
+    write_record(run, record)
     broker.detach()
     return record
+
+
+def write_record(run_dir: str | Path, record: BrokerRecord) -> None:
+    (Path(run_dir) / RECORD_FILE).write_text(json.dumps(asdict(record)))
 
 
 def stop_detached(run_dir: str | Path, timeout: float = 30.0) -> bool:

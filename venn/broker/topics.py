@@ -71,6 +71,13 @@ def prefixed(prefix: str, names: Iterable[str] = ALL_TOPICS) -> list[str]:
     return [f"{prefix}{name}" for name in names]
 
 
+async def default_replication(admin: AIOKafkaAdminClient) -> int:
+    """Replicas per partition for a new topic: 3 where the cluster has 3 brokers or more
+    (with the local cluster's min.insync.replicas=2, one may fail), else every broker."""
+    cluster = await admin.describe_cluster()
+    return max(1, min(3, len(cluster.get("brokers", ()))))
+
+
 async def topic_partitions(admin: AIOKafkaAdminClient) -> dict[str, int]:
     """Partition count of every existing topic (asks for all topics: no auto-creation)."""
     metadata = await admin.describe_topics(None)
@@ -84,9 +91,11 @@ async def ensure_topics(
     *,
     names: Iterable[str] = ALL_TOPICS,
     timeout: float = 30.0,
+    replication: int = 0,
 ) -> dict[str, int]:
     """Create `names` + `extra` (e.g. Faust changelogs) with `partitions` each; idempotent.
 
+    ``replication`` 0 replicates each new topic as ``default_replication`` says.
     Raises TopicError if a topic already exists with another partition count (typically
     auto-created by Tansu before this ran): that cannot be repaired in place.
     Returns {topic: partitions} for the requested topics.
@@ -98,8 +107,9 @@ async def ensure_topics(
         existing = await topic_partitions(admin)
         missing = [name for name in wanted if name not in existing]
         if missing:
+            factor = replication or await default_replication(admin)
             response = await admin.create_topics(
-                [NewTopic(name, partitions, replication_factor=1) for name in missing]
+                [NewTopic(name, partitions, replication_factor=factor) for name in missing]
             )
             for err in response.to_object()["topic_errors"]:
                 code = err["error_code"]

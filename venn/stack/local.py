@@ -115,7 +115,9 @@ def start_broker(settings: Settings) -> tuple[Settings, str]:
                 f"{settings.broker} is in use (another broker?): set VENN_BROKER to a free "
                 "host:port, or VENN_BROKER_KIND=external to use the broker listening there"
             )
-    record = existing or start_detached(settings.run_path, kind, settings.broker)
+    record = existing or start_detached(
+        settings.run_path, kind, settings.broker, settings.kafka_nodes
+    )
     return (
         dataclasses.replace(settings, broker=record.bootstrap, broker_kind=record.kind),
         record.describe(),
