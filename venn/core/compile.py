@@ -76,7 +76,6 @@ class TableCompiler:
     def __init__(self, num_tiers: int) -> None:
         self.num_tiers = num_tiers
         self._sections: RowSections | None = None
-        self._sig_int: tuple[np.ndarray | None, np.ndarray] = (None, np.zeros((0, 0)))
 
     def compile(
         self, jobs: OpenJobs, num_jobs: int, policy: Policy, view: PolicyView
@@ -102,7 +101,7 @@ class TableCompiler:
             if n * num_sigs * v * k <= SMALL_UNIFORM:
                 return self._uniform_small(jobs, num_jobs, sections, num_sigs)
             return self._uniform_numpy(jobs, num_jobs, view.sig_matrix, table, k)
-        return self._first(jobs, num_jobs, sections, view.sig_matrix, policy.ordering == "key")
+        return self._first(jobs, num_jobs, sections, view.sig_matrix, jobs.by_key)
 
     def _row_sections(
         self, sig_matrix: np.ndarray, table: np.ndarray | None, k: int
@@ -113,21 +112,6 @@ class TableCompiler:
         if cache is None or not cache.matches(sig_matrix, table, self.num_tiers):
             cache = self._sections = RowSections(sig_matrix, table, self.num_tiers, k)
         return cache
-
-    def _counts(self, jobs: OpenJobs, sig_matrix: np.ndarray) -> np.ndarray:
-        """Candidates per row: the open jobs eligible for its signature and allowed on
-        its tier (int64 [signatures, tiers])."""
-        v = self.num_tiers
-        cached_for, sig_int = self._sig_int
-        if cached_for is not sig_matrix:
-            sig_int = sig_matrix.astype(np.int64)
-            self._sig_int = (sig_matrix, sig_int)
-        per_group = np.zeros((sig_matrix.shape[1], v + 1), dtype=np.int64)
-        for klass, members in jobs.classes.items():
-            group, tier = divmod(klass, v + 1)
-            per_group[group, tier] += len(members)
-        counts: np.ndarray = sig_int @ (per_group[:, :1] + per_group[:, 1:])
-        return counts
 
     def _first(
         self,
@@ -174,6 +158,7 @@ class TableCompiler:
         if ordered:
             order = jobs.order
             entries = jobs.entries
+            bits_by_class = {klass: b for (_, klass), b in zip(heads, class_bits, strict=True)}
             for pos in used:
                 if pos == 0:
                     continue  # the first job of all: nobody is ahead of it
@@ -181,12 +166,13 @@ class TableCompiler:
                 b = class_bits[pos]
                 # The nearest job ahead sharing a row section is the one overtaken first.
                 q = bisect_left(order, first) - 1  # type: ignore[arg-type]
-                while q >= 0 and not bits_of(entries[jobs.idx_of(order[q])].klass) & b:
+                # Order keys are (key, idx) here.
+                while q >= 0 and not bits_by_class[entries[order[q][1]].klass] & b:  # type: ignore[index]
                     q -= 1
                 if q < 0:
                     continue
                 behind = entries[head_job[pos]]
-                ahead = entries[jobs.idx_of(order[q])]
+                ahead = entries[order[q][1]]  # type: ignore[index]
                 limit = overtake_count(
                     behind.remaining,
                     behind.weight,
@@ -197,14 +183,9 @@ class TableCompiler:
                 )
                 if limit < behind.remaining:
                     budget[behind.idx] = limit
-        counts = self._counts(jobs, sig_matrix)
-        return DispatchTable(
-            np.array(head, dtype=np.int64).reshape(sigs, v, 1),
-            counts,
-            False,
-            budget,
-            head,
-        )
+        candidates = np.array(head, dtype=np.int64).reshape(sigs, v, 1)
+        counts = (candidates[:, :, 0] >= 0).astype(np.int64)  # the head, or nobody
+        return DispatchTable(candidates, counts, False, budget, head)
 
     def _uniform_small(
         self, jobs: OpenJobs, num_jobs: int, sections: RowSections, num_sigs: int

@@ -9,6 +9,7 @@ overtakes a job ahead of it in some preference list).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,7 @@ class DispatchTable:
     # int64 [signatures, tiers, width]: job idx, -1 padded; a first pick keeps only each
     # row's head (width 1), a uniform pick the whole row.
     candidates: np.ndarray
-    counts: np.ndarray  # int64 [signatures, tiers]
+    counts: np.ndarray  # int64 [signatures, tiers]: candidates listed (a first pick: 1 or 0)
     uniform: bool  # pick uniformly among candidates (else the first)
     budget: np.ndarray  # int64 [jobs]: assignments until the table must be recompiled
     # The same rows as Python lists, if the compiler had them (else made on first use).
@@ -79,7 +80,7 @@ def overtake_count(rem_b: int, w_b: float, idx_b: int, rem_a: int, w_a: float, i
         n = rem_b - rem_a + (0 if idx_b < idx_a else 1)
         return max(1, n)
     target = (rem_a * w_a, idx_a)
-    guess = int(np.floor(rem_b - rem_a * w_a / w_b))
+    guess = math.floor(rem_b - rem_a * w_a / w_b)
     for n in range(max(1, guess - 1), max(1, guess - 1) + 4):
         if ((rem_b - n) * w_b, idx_b) < target:
             return n

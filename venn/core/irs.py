@@ -91,6 +91,18 @@ def irs_plan_grouped(
                 queue_scale or {},
             )
             return np.array(owner, dtype=np.int64)
+    supply = np.asarray(supply, dtype=np.float64)
+    if _is_integral(supply):
+        return _plan_counts(
+            sig_matrix,
+            supply,
+            np.asarray(groups, dtype=np.int64),
+            [
+                q if isinstance(q, list) else np.asarray(q, dtype=np.float64).tolist()
+                for q in queues
+            ],
+            queue_scale or {},
+        )
     return _plan_numpy(
         sig_matrix,
         supply,
@@ -98,6 +110,73 @@ def irs_plan_grouped(
         [np.asarray(q, dtype=np.float64) for q in queues],
         queue_scale,
     )
+
+
+def _plan_counts(
+    sig_matrix: np.ndarray,
+    supply: np.ndarray,
+    groups: np.ndarray,
+    queues: list[list[float]],
+    scale: Mapping[int, float],
+) -> np.ndarray:
+    """``_plan_numpy`` for whole-number supply (check-in counts), with the reallocation
+    loop over Python lists: its work per group is a handful of numpy calls there, here a
+    pass over the group's eligible signatures. Whole numbers sum exactly in any order, so
+    both give the same plan."""
+    num = len(groups)
+    cols = sig_matrix[:, groups]  # [signatures, active groups]
+    total = supply @ cols
+    breadth = cols.sum(axis=0)
+    rank_of = np.lexsort((groups, breadth, total))  # rank -> position in ``groups``
+    ascending = groups[rank_of]
+    elig = cols[:, rank_of]  # [signatures, rank]
+    has = elig.any(axis=1)
+    own_a = np.where(has, elig.argmax(axis=1), -1)  # owner rank per signature
+    claim = np.bincount(own_a[has], weights=supply[has], minlength=num).tolist()
+    own = own_a.tolist()
+    sup = supply.tolist()
+    # Each rank's eligible signatures, ascending.
+    ranks, sigs = np.nonzero(elig.T)
+    bounds = np.searchsorted(ranks, np.arange(num + 1)).tolist()
+    sig_list = sigs.tolist()
+    scales = [scale.get(g, 1.0) for g in ascending.tolist()] if scale else [1.0] * num
+    qs = [queues[p] for p in rank_of.tolist()]
+    drains: dict[int, float] = {}  # sum of a queue, added in order as ``sum`` does
+    for j in range(num - 1, 0, -1):
+        cj = claim[j]
+        if cj <= 0:
+            continue
+        mine = sig_list[bounds[j] : bounds[j + 1]]
+        # Groups below j that hold part of j's eligible signatures and have supply, in
+        # descending rank; whether one has supply is read before any move (a move from
+        # k to j changes no other group's claim), and the loop usually stops at the first.
+        elapsed: list[float] | None = None
+        for k in sorted(set(map(own.__getitem__, mine)), reverse=True):
+            if k >= j:
+                continue
+            ck = claim[k]
+            if ck <= 0:
+                continue
+            if elapsed is None:  # j's running drain times, added in order
+                elapsed = list(accumulate([d / cj for d in qs[j]]))
+            drain = drains.get(k)
+            if drain is None:
+                drain = drains[k] = sum(qs[k])
+            m_j = bisect_left(elapsed, drain / ck)
+            if m_j * scales[j] / cj > len(qs[k]) * scales[k] / ck:
+                moved = 0.0
+                for s in mine:
+                    if own[s] == k:
+                        own[s] = j
+                        moved += sup[s]
+                claim[j] += moved
+                claim[k] -= moved
+                cj = claim[j]
+                elapsed = None
+            else:
+                break
+    asc = ascending.tolist()
+    return np.array([asc[r] if r >= 0 else -1 for r in own], dtype=np.int64)
 
 
 def _plan_small(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,18 +30,30 @@ from venn.core.state import JobState
 OrderKey = tuple[float, int] | int  # (key, idx) for ordering "key", idx for "idx"
 
 
-@dataclass(frozen=True, slots=True)
 class OpenEntry:
-    """An open job as the plan and the compile see it."""
+    """An open job as the plan and the compile see it (never changed once filed)."""
 
-    idx: int
-    group: int
-    tier: int | None
-    remaining: int
-    weight: float
-    key: float  # remaining * weight: its place in its group queue
-    order: OrderKey  # its place in preference order
-    klass: int  # group * (tiers + 1) + tier + 1 (tier -1 when unrestricted)
+    __slots__ = ("group", "idx", "key", "klass", "order", "remaining", "tier", "weight")
+
+    def __init__(
+        self,
+        idx: int,
+        group: int,
+        tier: int | None,
+        remaining: int,
+        weight: float,
+        key: float,
+        order: OrderKey,
+        klass: int,
+    ) -> None:
+        self.idx = idx
+        self.group = group
+        self.tier = tier
+        self.remaining = remaining
+        self.weight = weight
+        self.key = key  # remaining * weight: its place in its group queue
+        self.order = order  # its place in preference order
+        self.klass = klass  # group * (tiers + 1) + tier + 1 (0 when unrestricted)
 
 
 class OpenJobs:
@@ -52,7 +63,6 @@ class OpenJobs:
         self.num_tiers = num_tiers
         self.by_key = by_key  # ordering "key" (else arrival order, idx)
         self.entries: dict[int, OpenEntry] = {}  # idx -> entry
-        self.idx_order: list[int] = []  # open idx, ascending
         self.queues: dict[int, list[float]] = {}  # group -> keys, ascending
         self.classes: dict[int, list[OrderKey]] = {}  # class -> order keys, ascending
         self.order: list[OrderKey] = []  # every open job's order key, ascending
@@ -118,8 +128,6 @@ class OpenJobs:
     def _remove(self, e: OpenEntry) -> None:
         del self.entries[e.idx]
         self._budget[e.idx] = NO_LIMIT
-        idx_order = self.idx_order
-        del idx_order[bisect_left(idx_order, e.idx)]
         q = self.queues[e.group]
         del q[bisect_left(q, e.key)]
         if not q:
@@ -140,7 +148,6 @@ class OpenJobs:
             grown[: len(self._budget)] = self._budget
             self._budget = grown
         self._budget[e.idx] = e.remaining
-        insort(self.idx_order, e.idx)
         q = self.queues.get(e.group)
         if q is None:
             self.queues[e.group] = [e.key]
@@ -172,8 +179,12 @@ class OpenJobs:
     def in_order(self) -> list[int]:
         """Open idx in preference order."""
         if not self.by_key:
-            return list(self.idx_order)
+            return list(self.order)  # type: ignore[arg-type]
         return [o[1] for o in self.order]  # type: ignore[index]
+
+    def idx_ascending(self) -> list[int]:
+        """Open idx, ascending."""
+        return sorted(self.entries)
 
     def idx_of(self, order: OrderKey) -> int:
         return order[1] if isinstance(order, tuple) else order

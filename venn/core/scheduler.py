@@ -342,7 +342,7 @@ class Scheduler:
             return
         # Membership first (who is open now), then every open job with its new weight.
         self.open.refresh(self.by_idx, policy_weight)
-        states = [self.by_idx[i] for i in self.open.idx_order]
+        states = [self.by_idx[i] for i in self.open.idx_ascending()]
         if not states:
             self._group_scale = {}
             return
@@ -384,7 +384,8 @@ class Scheduler:
         if self._replan and not self.restrict_contested and self.open.restricted:
             # Competitors appear only with plan events (a round request, a new signature).
             self._lift_contested_restrictions()
-        self._refresh_open(now)
+        if self.fairness_eps or self.open.touched:
+            self._refresh_open(now)
         open_jobs = self.open
         view = PolicyView(
             self.index.signature_matrix,
