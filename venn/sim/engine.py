@@ -9,8 +9,9 @@ closes before requests, then by insertion order.
 Two modes share the scheduling core:
 - ``event``: one ``Scheduler.checkin`` call per check-in (the reference);
 - ``fast``: the dispatch table is static between plan changes, so the check-ins up to
-  the next plan change are decided as one numpy batch. Both give identical results for
-  the same seed (a test checks it).
+  the next plan change are decided as one step against it, and the step's assignments
+  are committed per job (task times come from columns computed once per chunk). Both
+  give identical results for the same seed (a test checks it for every policy).
 Check-ins are streamed chunk by chunk from the trace, never all in memory.
 """
 
@@ -20,9 +21,8 @@ import heapq
 import itertools
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress
-from operator import add, le
 from typing import Literal
 
 import numpy as np
@@ -105,6 +105,10 @@ class Simulation:
         self.sched.index.add_profiles(profiles.attrs)
         self.records = {j.job_id: JobRecord(j) for j in jobs}
         self.live: dict[str, LiveRound] = {}
+        # By job idx (registration order): the open round, and the results it needs.
+        self._live_of: list[LiveRound | None] = []
+        self._needed: list[int] = []
+        self._detail = self.sched.tails is not None  # matching learns from the results
         self.heap: list[tuple[float, int, int, str, int]] = []
         self._seq = itertools.count()
         self.checkins = 0
@@ -128,6 +132,8 @@ class Simulation:
                 spec = self.records[job_id].spec
                 self.sched.add_job(spec, t)
                 self._workload.append(spec.workload_s)
+                self._live_of.append(None)
+                self._needed.append(spec.results_needed)
                 self._request(job_id, t)
             elif kind == _REQUEST:
                 self._request(job_id, t)
@@ -140,8 +146,9 @@ class Simulation:
         spec = rec.spec
         rr = RoundRecord(job_id, attempt, t, spec.demand, t + spec.deadline)
         rec.rounds.append(rr)
-        self.live[job_id] = LiveRound(rr)
+        lr = self.live[job_id] = LiveRound(rr, self._detail)
         self.sched.request_round(job_id, attempt, t)
+        self._live_of[self.sched.jobs[job_id].idx] = lr
         self._push(rr.deadline_at, _DEADLINE, job_id, attempt)
 
     def _maybe_close(self, job_id: str, attempt: int, t: float, kind: int) -> None:
@@ -152,8 +159,8 @@ class Simulation:
             return  # superseded by an earlier candidate
         succeeded = kind == _CLOSE
         rr = lr.record
-        tiers, resp, late = lr.arrived_by(t)
-        rr.results = len(resp)
+        results, tiers, resp, late = lr.arrived_by(t)
+        rr.results = results
         rr.stragglers = late
         js = self.sched.jobs[job_id]
         rr.filled_at = js.filled_at
@@ -161,6 +168,7 @@ class Simulation:
         rr.succeeded = succeeded
         self.sched.close_round(job_id, attempt, t, succeeded, tiers, resp)
         del self.live[job_id]
+        self._live_of[js.idx] = None
         rec = self.records[job_id]
         if succeeded:
             rec.succeeded_rounds += 1
@@ -171,8 +179,8 @@ class Simulation:
         else:
             self._push(t + ROUND_GAP_S, _REQUEST, job_id, 0)
 
-    def _offer_close(self, lr: LiveRound) -> None:
-        c = lr.kth_finish(self.records[lr.record.job_id].spec.results_needed)
+    def _offer_close(self, lr: LiveRound, needed: int) -> None:
+        c = lr.kth_finish(needed)
         if c < lr.close_candidate:
             lr.close_candidate = c
             self._push(c, _CLOSE, lr.record.job_id, lr.record.attempt)
@@ -181,16 +189,14 @@ class Simulation:
     def run(self) -> SimRun:
         """Run until every job finished or the trace/horizon ends."""
         horizon = self.config.horizon_s
-        offset = 0
         for batch in self.source.chunks(0.0, horizon):
             if self.unfinished == 0:
                 break
-            prepared = self._prepare(batch, offset)
+            prepared = self._prepare(batch)
             if self.config.mode == "event":
                 self._run_event(prepared)
             else:
                 self._run_fast(prepared)
-            offset += len(batch)
             self.checkins += len(batch)
         if self.unfinished:
             self._run_timed(horizon)
@@ -206,15 +212,14 @@ class Simulation:
             self.sched.lifted,
         )
 
-    def _prepare(self, b: CheckinBatch, offset: int) -> _Prepared:
+    def _prepare(self, b: CheckinBatch) -> _Prepared:
         tiers = (
             self.sched.tiers.tiers_of(capacity_proxy(b.comp, b.comm))
             if self.sched.tiers
             else np.zeros(len(b), dtype=np.int64)
         )
         transfer = 2.0 * self.config.transfer_s / b.comm
-        seq = offset + np.arange(len(b), dtype=np.int64)
-        return _Prepared(b, b.profile.astype(np.int64), tiers, transfer, seq)
+        return _Prepared(b, b.profile.astype(np.int64), tiers, transfer)
 
     def _task(self, p: _Prepared, rows: np.ndarray, jobs: np.ndarray) -> tuple[np.ndarray, ...]:
         """(response time, finish time, succeeded) of tasks dispatched at ``rows``."""
@@ -242,8 +247,8 @@ class Simulation:
             lr = self.live[a.job_id]
             lr.record.assigned += 1
             if ok[0]:
-                lr.add([float(finish[0])], [int(p.tiers[i])], [float(resp[0])], [int(p.seq[i])])
-                self._offer_close(lr)
+                lr.add([float(finish[0])], [int(p.tiers[i])], [float(resp[0])])
+                self._offer_close(lr, job.spec.results_needed)
             else:
                 lr.record.failures += 1
 
@@ -256,20 +261,21 @@ class Simulation:
         sched = self.sched
         n = len(p.batch)
         times = p.batch.time
-        tl = p.lists("time")
+        tl = p.time
         observed = 0
         keys: list[int] = []
         keys_of: np.ndarray | None = None
         v = sched.num_tiers
+        heap = self.heap
         i = 0
         while i < n:
             t = tl[i]
-            self._run_timed(t)
+            if heap and heap[0][0] <= t:
+                self._run_timed(t)
             self.now = t
             if self.unfinished == 0:
                 break
-            t_next = self.heap[0][0] if self.heap else np.inf
-            j = max(bisect_left(tl, t_next, i), i + 1)
+            j = max(bisect_left(tl, heap[0][0], i), i + 1) if heap else n
             if sched.dirty:
                 sched.observe_many(p.slots[observed : i + 1], times[observed : i + 1])
                 observed = i + 1
@@ -305,7 +311,7 @@ class Simulation:
         num_rows = table.num_rows
         if table.uniform:
             rows = table.rows()
-            us = p.lists("u")
+            us = p.u
             for c in range(i, j):
                 key = keys[c]
                 if key >= num_rows:
@@ -352,29 +358,26 @@ class Simulation:
         """Run the tasks of one step's assignments and account them; returns the number
         of check-ins the step used (fewer than ``stop`` if a round it fills closes
         before its last check-in: the rest belong to the next table)."""
-        tl = p.lists("time")
-        noise, comp, transfer, deadline = map(p.lists, ("noise", "comp", "transfer", "deadline"))
+        tl = p.time
         workload = self._workload
-        by_idx = self.sched.by_idx
-        live = self.live
-        records = self.records
-        done: list[tuple[int, list[int], list[float], list[float], list[bool], bool]] = []
+        live_of = self._live_of
+        needed = self._needed
+        done: list[tuple[int, list[int], list[float], list[bool], bool, _Tasks]] = []
         cut = np.inf
         for job in sorted(positions):
             mine = positions[job]
-            w = workload[job]
-            resp = [noise[c] + w * comp[c] + transfer[c] for c in mine]
-            finish = list(map(add, map(tl.__getitem__, mine), resp))
-            ok = list(map(le, finish, map(deadline.__getitem__, mine)))
+            tasks = p.tasks(workload[job])
+            finish = list(map(tasks.finish.__getitem__, mine))
+            ok = list(map(tasks.ok.__getitem__, mine))
             all_ok = all(ok)
-            done.append((job, mine, resp, finish, ok, all_ok))
+            done.append((job, mine, finish, ok, all_ok, tasks))
             # The earliest round close these assignments would cause.
-            job_id = by_idx[job].spec.job_id
-            k = records[job_id].spec.results_needed
-            lr = live[job_id]
+            k = needed[job]
+            lr = live_of[job]
+            assert lr is not None
             if lr.count + (len(finish) if all_ok else sum(ok)) >= k:
                 new = sorted(finish if all_ok else compress(finish, ok))
-                cut = min(cut, kth_of_union(lr.sorted_finish, new, k))
+                cut = min(cut, kth_of_union(lr.sorted_finish(), new, k))
         if cut <= tl[i + stop - 1]:
             # A round this step closes changes the plan: the check-ins from the close on
             # belong to the next step (a timed event at t runs before a check-in at t).
@@ -382,10 +385,11 @@ class Simulation:
             limit = i + stop
         else:
             limit = j
-        tiers = p.lists("tiers")
-        seq = p.lists("seq")
+        tiers = p.tier_list
+        detail = self._detail
         sched = self.sched
-        for job, mine, resp, finish, ok, all_ok in done:
+        by_idx = sched.by_idx
+        for job, mine, finish, ok, all_ok, tasks in done:
             count = len(mine) if limit == j else bisect_left(mine, limit)
             if count == 0:
                 continue
@@ -393,43 +397,74 @@ class Simulation:
             fill_at = tl[mine[js.remaining - 1]] if count >= js.remaining else 0.0
             sched.assign_many(job, count, fill_at)
             self.assignments += count
-            lr = live[js.spec.job_id]
+            lr = live_of[job]
+            assert lr is not None
             lr.record.assigned += count
             if count == len(mine) and all_ok:
-                picked_tiers = list(map(tiers.__getitem__, mine))
-                lr.add(finish, picked_tiers, resp, list(map(seq.__getitem__, mine)))
-                self._offer_close(lr)
+                if detail:
+                    lr.add(
+                        finish,
+                        list(map(tiers.__getitem__, mine)),
+                        list(map(tasks.resp.__getitem__, mine)),
+                    )
+                else:
+                    lr.add(finish)
+                self._offer_close(lr, needed[job])
                 continue
             good = [q for q in range(count) if ok[q]]
             lr.record.failures += count - len(good)
             if good:
-                lr.add(
-                    [finish[q] for q in good],
-                    [tiers[mine[q]] for q in good],
-                    [resp[q] for q in good],
-                    [seq[mine[q]] for q in good],
-                )
-                self._offer_close(lr)
+                if detail:
+                    lr.add(
+                        [finish[q] for q in good],
+                        [tiers[mine[q]] for q in good],
+                        [tasks.resp[mine[q]] for q in good],
+                    )
+                else:
+                    lr.add([finish[q] for q in good])
+                self._offer_close(lr, needed[job])
         return stop
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    batch: CheckinBatch
-    slots: np.ndarray
-    tiers: np.ndarray
-    transfer: np.ndarray
-    seq: np.ndarray
-    _lists: dict[str, list] = field(default_factory=dict)
+class _Tasks:
+    """Response time, finish time and success of a task of workload ``w`` dispatched at
+    each check-in of a batch (the same float operations as the event mode's)."""
 
-    def lists(self, name: str) -> list:
-        """A column as a Python list (for per-check-in work), converted on first use;
-        ``deadline`` is the latest finish time of a successful task."""
-        out = self._lists.get(name)
+    __slots__ = ("finish", "ok", "resp")
+
+    def __init__(self, p: _Prepared, w: float) -> None:
+        b = p.batch
+        resp = b.noise + w * b.comp + p.transfer
+        finish = b.time + resp
+        self.resp: list[float] = resp.tolist()
+        self.finish: list[float] = finish.tolist()
+        self.ok: list[bool] = (finish <= b.end + WINDOW_SLACK_S).tolist()
+
+
+class _Prepared:
+    """A batch of check-ins with what every step reads of it as Python lists."""
+
+    def __init__(
+        self, batch: CheckinBatch, slots: np.ndarray, tiers: np.ndarray, transfer: np.ndarray
+    ) -> None:
+        self.batch = batch
+        self.slots = slots
+        self.tiers = tiers
+        self.transfer = transfer
+        self.time: list[float] = batch.time.tolist()
+        self.tier_list: list[int] = tiers.tolist()
+        self._u: list[float] | None = None
+        self._tasks: dict[float, _Tasks] = {}
+
+    @property
+    def u(self) -> list[float]:
+        if self._u is None:
+            self._u = self.batch.u.tolist()
+        return self._u
+
+    def tasks(self, w: float) -> _Tasks:
+        """The tasks of workload ``w`` (computed for the whole batch on first use)."""
+        out = self._tasks.get(w)
         if out is None:
-            if name == "deadline":
-                column = self.batch.end + WINDOW_SLACK_S
-            else:
-                column = getattr(self if name in ("tiers", "transfer", "seq") else self.batch, name)
-            out = self._lists[name] = column.tolist()
+            out = self._tasks[w] = _Tasks(self, w)
         return out

@@ -29,33 +29,44 @@ class RoundRecord:
     stragglers: int = 0  # successful results that came after the close
 
 
-@dataclass
 class LiveRound:
     """Successful results of the open round, as plain lists (appended per batch).
 
-    ``finish`` is kept sorted as well, so the k-th result time is a lookup.
+    ``finish`` is in check-in order. Its sorted copy is made when the round first could
+    close (``results_needed`` results), and kept sorted from then on: before that no
+    close time exists, and most of a round's results come before it. The results' tiers
+    and response times are kept only with ``detail`` (tier matching learns from them).
     """
 
-    record: RoundRecord
-    finish: list[float] = field(default_factory=list)
-    tiers: list[int] = field(default_factory=list)
-    resp: list[float] = field(default_factory=list)  # dispatch -> result, seconds
-    seq: list[int] = field(default_factory=list)  # global check-in number (ties)
-    sorted_finish: list[float] = field(default_factory=list)
-    close_candidate: float = float("inf")
+    __slots__ = ("_sorted", "close_candidate", "detail", "finish", "record", "resp", "tiers")
+
+    def __init__(self, record: RoundRecord, detail: bool = True) -> None:
+        self.record = record
+        self.detail = detail
+        self.finish: list[float] = []
+        self.tiers: list[int] = []
+        self.resp: list[float] = []  # dispatch -> result, seconds
+        self._sorted: list[float] | None = None
+        self.close_candidate = float("inf")
 
     @property
     def count(self) -> int:
         """Successful results so far."""
         return len(self.finish)
 
-    def add(self, finish: list[float], tiers: list[int], resp: list[float], seq: list[int]) -> None:
-        if finish:
-            self.finish += finish
+    def add(
+        self, finish: list[float], tiers: list[int] | None = None, resp: list[float] | None = None
+    ) -> None:
+        """Add results (``tiers`` and ``resp`` are read only with ``detail``)."""
+        if not finish:
+            return
+        self.finish += finish
+        if self.detail:
+            assert tiers is not None and resp is not None
             self.tiers += tiers
             self.resp += resp
-            self.seq += seq
-            ordered = self.sorted_finish
+        ordered = self._sorted
+        if ordered is not None:
             if len(finish) <= 8:
                 for f in finish:
                     insort(ordered, f)
@@ -63,24 +74,34 @@ class LiveRound:
                 ordered += finish
                 ordered.sort()
 
+    def sorted_finish(self) -> list[float]:
+        """Finish times, ascending."""
+        ordered = self._sorted
+        if ordered is None:
+            ordered = self._sorted = sorted(self.finish)
+        return ordered
+
     def kth_finish(self, k: int) -> float:
         """Time of the k-th successful result so far (inf if fewer)."""
         if len(self.finish) < k:
             return float("inf")
-        return self.sorted_finish[k - 1]
+        return self.sorted_finish()[k - 1]
 
-    def arrived_by(self, t: float) -> tuple[list[int], list[float], int]:
-        """(tiers, response times) of results that arrived by ``t`` in arrival order, and
-        the number that arrived later (stragglers)."""
+    def arrived_by(self, t: float) -> tuple[int, list[int], list[float], int]:
+        """Results that arrived by ``t``: their number, their tiers and response times in
+        arrival order (empty without ``detail``), and the number that arrived later
+        (stragglers)."""
         finish = self.finish
+        arrived = bisect_right(self.sorted_finish(), t)
+        if not self.detail:
+            return arrived, [], [], len(finish) - arrived
         # Results are added in check-in order, so a stable sort by finish time breaks
-        # ties by check-in number (``seq``).
+        # ties by check-in.
         order = sorted(range(len(finish)), key=finish.__getitem__)
-        arrived = bisect_right(self.sorted_finish, t)
         kept = order[:arrived]
         tiers = list(map(self.tiers.__getitem__, kept))
         resp = list(map(self.resp.__getitem__, kept))
-        return tiers, resp, len(finish) - arrived
+        return arrived, tiers, resp, len(finish) - arrived
 
 
 def kth_of_union(a: list[float], b: list[float], k: int) -> float:
