@@ -1,10 +1,10 @@
-"""The ``venn`` command line: simulator commands and the local stack."""
+"""The ``venn`` command line: simulator commands, the local stack and audit reports."""
 
 from __future__ import annotations
 
 import typer
 
-from venn.cli import sim_commands, stack_commands
+from venn.cli import report_commands, sim_commands, stack_commands
 
 app = typer.Typer(
     help="Venn: a resource manager for collaborative (federated) learning jobs.",
@@ -13,6 +13,7 @@ app = typer.Typer(
 )
 sim_commands.register(app)
 stack_commands.register(app)
+report_commands.register(app)
 
 
 def main() -> None:
