@@ -35,6 +35,7 @@ from venn.broker import topics
 from venn.broker.local import LocalBroker, local_broker, resolve_kind
 from venn.broker.process import free_port
 from venn.core.model import JobSpec, Requirement
+from venn.fields import ROUNDS_MAX
 from venn.settings import Settings
 from venn.traces.devices import load_device_profiles
 from venn.workloads.loader import tier_requirements
@@ -83,7 +84,7 @@ def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.
 
 
 def probe_job(job_id: str, attr: str, demand: int) -> JobSpec:
-    return JobSpec(job_id, Requirement.of({attr: 1.0}), demand, 1_000_000, 600.0)
+    return JobSpec(job_id, Requirement.of({attr: 1.0}), demand, ROUNDS_MAX, 600.0)
 
 
 class LoadStack:
@@ -163,7 +164,7 @@ class LoadStack:
                 f"lt-tier{tier}-{uuid.uuid4().hex[:4]}",
                 requirement,
                 demand=cfg.demand,
-                rounds=1_000_000,
+                rounds=ROUNDS_MAX,
                 deadline=cfg.deadline_s,
                 workload_s=1.0,
                 tier=tier,

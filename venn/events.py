@@ -203,6 +203,15 @@ class DeadLetter(Event, tag="dead_letter", frozen=True):
         return base64.b64decode(self.original)
 
 
+class TokenRevoked(Event, tag="token_revoked", frozen=True):
+    """An API token that must no longer be accepted. Topic venn.revocations, key token_id."""
+
+    token_id: EventId
+    expires_at: Timestamp
+    """When the token would have expired: the revocation may be forgotten after it."""
+    reason: Text
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     DeviceCheckin,
     CheckinBatch,
@@ -216,6 +225,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RoundClosed,
     JobFinished,
     DeadLetter,
+    TokenRevoked,
 )
 
 AnyEvent = (
@@ -231,6 +241,7 @@ AnyEvent = (
     | RoundClosed
     | JobFinished
     | DeadLetter
+    | TokenRevoked
 )
 
 ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
@@ -241,6 +252,7 @@ ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
     topics.ROUNDS: (RoundClosed, JobFinished),
     topics.DEAD_LETTERS: (DeadLetter,),
     topics.REPLIES: (CheckinsDeclined,),
+    topics.REVOCATIONS: (TokenRevoked,),
 }
 """Which event types each topic may carry."""
 
@@ -287,9 +299,12 @@ def encode(event: Event) -> bytes:
 
 
 def key_of(event: Event) -> bytes:
-    """Partition key: device_id for check-ins, job_id for job-scoped events."""
+    """Partition key: device_id for check-ins, job_id for job-scoped events, the token id of
+    a revocation (the compaction key)."""
     if isinstance(event, DeviceCheckin):
         return event.device_id.encode()
+    if isinstance(event, TokenRevoked):
+        return event.token_id.encode()
     job_id = getattr(event, "job_id", None)
     if isinstance(job_id, str):
         return job_id.encode()

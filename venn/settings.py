@@ -54,6 +54,15 @@ class Settings:
         "./run",
         "Directory for pid files, logs and the local Kafka and Postgres data.",
     )
+    auth_secret: str = _env(
+        "VENN_AUTH_SECRET",
+        "",
+        "Key that signs and checks API tokens (32+ bytes; from the environment, never the "
+        "repo). Empty: no authentication (`venn up` and `venn demo` make one per run dir).",
+    )
+    device_token_ttl_s: float = _env(
+        "VENN_DEVICE_TOKEN_TTL_S", 30 * 86400.0, "Lifetime of a device token issued at enrolment."
+    )
     database_url: str = _env(
         "VENN_DATABASE_URL",
         "",
@@ -172,6 +181,10 @@ class Settings:
     @property
     def run_path(self) -> Path:
         return Path(self.run_dir)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_secret)
 
     @property
     def tuning(self) -> ClientTuning:

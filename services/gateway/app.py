@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -42,10 +43,12 @@ from services.gateway.models import (
     RequestError,
     ResultRequest,
     decode_checkin,
+    decode_enrollment,
     decode_result,
 )
 from services.gateway.openapi import openapi_document
 from venn import events as ev
+from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
 from venn.broker.topics import ensure_topics
@@ -86,6 +89,11 @@ class GatewayStats:
     internal_errors: int = 0
     bad_records: int = 0
     broker_down: int = 0
+    refused_results: int = 0
+    """Results from a device the round did not assign (403)."""
+    unauthorized: int = 0
+    """Requests without a valid token (401) or with one that does not allow them (403)."""
+    enrolled: int = 0
     """Requests refused at once because the broker was unavailable."""
     """Malformed records read (dead-lettered here only when addressed to this gateway)."""
 
@@ -125,6 +133,10 @@ class Gateway:
         self._background: set[asyncio.Task[Any]] = set()
         self.started_at = 0.0
         self.broker = BrokerWatch(self.settings.broker)
+        self.tokens = Tokens(self.settings.auth_secret) if self.settings.auth_enabled else None
+        self.assigned: OrderedDict[tuple[str, int, str], float] = OrderedDict()
+        """(job, round, device) of recent assignments: only those devices may upload a
+        result for that round."""
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -140,6 +152,7 @@ class Gateway:
                 topics.JOBS,
                 topics.ROUNDS,
                 topics.REPLIES,
+                topics.REVOCATIONS,
             ),
         )
         client = f"venn-gateway-{os.getpid()}"
@@ -169,7 +182,9 @@ class Gateway:
         try:
             await self.consumer.start()
             follow = [
-                TopicPartition(t, p) for t in (topics.JOBS, topics.ROUNDS) for p in range(counts[t])
+                TopicPartition(t, p)
+                for t in (topics.JOBS, topics.ROUNDS, topics.REVOCATIONS)
+                for p in range(counts[t])
             ]
             answers = [
                 TopicPartition(t, p)
@@ -177,7 +192,7 @@ class Gateway:
                 for p in range(counts[t])
             ]
             self.consumer.assign([*answers, *follow])
-            await self.consumer.seek_to_end(*answers)
+            await self._seek_recent(answers)
             await self.consumer.seek_to_beginning(*follow)
             for tp in answers:  # resolve now: nothing produced after start() is missed
                 await self.consumer.position(tp)
@@ -272,6 +287,10 @@ class Gateway:
                     if isinstance(event, ev.CheckinsDeclined):
                         self._on_declined(event)
                         continue
+                    if isinstance(event, ev.TokenRevoked):
+                        if self.tokens is not None:
+                            self.tokens.revocations.revoke(event.token_id, event.expires_at)
+                        continue
                     for assignment in ev.assignments_of(event):
                         self._on_assignment(assignment)
                     self.view.apply(event)
@@ -292,7 +311,34 @@ class Gateway:
             if fut is not None and not fut.done():
                 fut.set_result(DECLINED)
 
+    async def _seek_recent(self, answers: list[TopicPartition]) -> None:
+        """Answers from now on; assignments of the last `result_window_s` too, so that a
+        restarted gateway still accepts the results of tasks handed out before."""
+        consumer = self.consumer
+        assert consumer is not None
+        replies = [tp for tp in answers if tp.topic == topics.REPLIES]
+        await consumer.seek_to_end(*replies)
+        since = int((time.time() - self.config.result_window_s) * 1000)
+        assignments = [tp for tp in answers if tp.topic == topics.ASSIGNMENTS]
+        found = await consumer.offsets_for_times(dict.fromkeys(assignments, max(since, 0)))
+        for tp in assignments:
+            at = found.get(tp)
+            if at is None:
+                await consumer.seek_to_end(tp)
+            else:
+                consumer.seek(tp, at.offset)
+
+    def _remember_assignment(self, a: ev.Assignment) -> None:
+        self.assigned[(a.job_id, a.round_index, a.device_id)] = time.time()
+        horizon = time.time() - self.config.result_window_s
+        while self.assigned and (
+            len(self.assigned) > self.config.max_remembered
+            or next(iter(self.assigned.values())) < horizon
+        ):
+            self.assigned.popitem(last=False)
+
     def _on_assignment(self, a: ev.Assignment) -> None:
+        self._remember_assignment(a)
         cid = checkin_id_of(a.event_id)
         fut = self.pending.pop(cid, None) if cid is not None else None
         if fut is not None:
@@ -444,6 +490,15 @@ class Gateway:
         if not self.broker.available:
             self.stats.broker_down += 1
             return self.busy("broker_unavailable")
+        if (req.job_id, req.round, req.device_id) not in self.assigned:
+            # Only the device the round assigned may report for it (a forged result made a
+            # job finish its rounds with no device assigned: issue 12, defect 4).
+            self.stats.refused_results += 1
+            return 403, {
+                "error": "not_assigned",
+                "detail": f"device {req.device_id!r} holds no assignment of round "
+                f"{req.round} of job {req.job_id!r}",
+            }
         # One result per device and round: a retried upload keeps its id (consumers dedupe).
         event = ev.DeviceResult(
             event_id=f"res:{req.job_id}:{req.round}:{req.device_id}",
@@ -494,6 +549,14 @@ def _json(payload: Json, status: int = 200, retry_after: int | None = None) -> w
     return web.Response(
         body=_encode(payload), status=status, content_type="application/json", headers=headers
     )
+
+
+def _refused(gw: Gateway, exc: AuthError) -> web.Response:
+    gw.stats.unauthorized += 1
+    response = _json({"error": exc.code, "detail": exc.detail}, exc.status)
+    if exc.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="venn"'
+    return response
 
 
 def _answer(status: int, payload: Json) -> web.Response:
@@ -570,6 +633,13 @@ def create_app(
     async def openapi(request: web.Request) -> web.Response:
         return web.Response(body=spec, content_type="application/json")
 
+    def device(request: web.Request) -> Claims | None:
+        """The caller's device token (None without authentication); AuthError if absent,
+        invalid, expired, revoked or not a device's."""
+        if gw.tokens is None:
+            return None
+        return gw.tokens.check(bearer(request.headers.get("Authorization")), "device")
+
     async def checkin(request: web.Request) -> web.Response:
         deadline = asyncio.get_running_loop().time() + config.wait_s
         if gw.overloaded():
@@ -577,12 +647,17 @@ def create_app(
             return _answer(*gw.busy("overloaded"))
         gw.inflight += 1
         try:
+            claims = device(request)
             body = await _read_body(request, config, deadline)
             req = decode_checkin(body)
+            if claims is not None:
+                claims.require_device(req.device_id)
             return _answer(*await gw.checkin(req, deadline))
         except RequestError as exc:
             gw.stats.invalid += 1
             return _json(exc.body(), exc.status)
+        except AuthError as exc:
+            return _refused(gw, exc)
         finally:
             gw.inflight -= 1
 
@@ -593,18 +668,47 @@ def create_app(
             return _answer(*gw.busy("overloaded"))
         gw.inflight += 1
         try:
+            claims = device(request)
             req = decode_result(await _read_body(request, config, deadline))
+            if claims is not None:
+                claims.require_device(req.device_id)
             return _answer(*await gw.result(req, deadline))
         except RequestError as exc:
             gw.stats.invalid += 1
             return _json(exc.body(), exc.status)
+        except AuthError as exc:
+            return _refused(gw, exc)
         finally:
             gw.inflight -= 1
+
+    async def enroll(request: web.Request) -> web.Response:
+        """A device token for a new (or named) device, for whoever holds an enrol token."""
+        deadline = asyncio.get_running_loop().time() + config.wait_s
+        if gw.tokens is None:
+            return _json(
+                {"error": "auth_disabled", "detail": "no VENN_AUTH_SECRET: no tokens needed"},
+                404,
+            )
+        try:
+            gw.tokens.check(bearer(request.headers.get("Authorization")), "enroll")
+            body = await _read_body(request, config, deadline)
+            req = decode_enrollment(body or b"{}")
+        except RequestError as exc:
+            gw.stats.invalid += 1
+            return _json(exc.body(), exc.status)
+        except AuthError as exc:
+            return _refused(gw, exc)
+        device_id = req.device_id or f"dev-{uuid.uuid4().hex}"
+        ttl = gw.settings.device_token_ttl_s
+        token = gw.tokens.issue("device", device_id, ttl_s=ttl)
+        gw.stats.enrolled += 1
+        return _json({"device_id": device_id, "token": token, "expires_at": time.time() + ttl}, 201)
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_post("/v1/checkin", checkin)
     app.router.add_post("/v1/results", results)
+    app.router.add_post("/v1/devices", enroll)
     return app
 
 

@@ -42,6 +42,12 @@ class GatewayConfig:
     """fetch_max_wait_ms of the assignments consumer: on Tansu an idle consumer sees new
     records only when its parked fetch expires, so this adds up to that much latency."""
 
+    result_window_s: float = 3600.0
+    """How long after an assignment its device may still upload the round's result (a
+    restarted gateway reads this much of venn.assignments back)."""
+    max_remembered: int = 500_000
+    """Most assignments remembered for that check (the oldest are forgotten first)."""
+
     batch_max: int = 128
     """Most check-ins in one CheckinBatch; a batch also stays under the event size limit."""
 

@@ -43,6 +43,12 @@ class ResultRequest(msgspec.Struct, frozen=True):
         return int(self.round_index)
 
 
+class EnrollmentRequest(msgspec.Struct, frozen=True):
+    """`POST /v1/devices`: enrol a device; without a device_id the gateway makes one."""
+
+    device_id: Id | None = None
+
+
 class RequestError(Exception):
     """A request the gateway refuses: HTTP `status` with a JSON {error, detail} body."""
 
@@ -58,6 +64,7 @@ class RequestError(Exception):
 
 _checkin_decoder = msgspec.json.Decoder(CheckinRequest)
 _result_decoder = msgspec.json.Decoder(ResultRequest)
+_enrollment_decoder = msgspec.json.Decoder(EnrollmentRequest)
 
 
 def _decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
@@ -77,3 +84,7 @@ def decode_checkin(body: bytes) -> CheckinRequest:
 
 def decode_result(body: bytes) -> ResultRequest:
     return _decode(_result_decoder, body)
+
+
+def decode_enrollment(body: bytes) -> EnrollmentRequest:
+    return _decode(_enrollment_decoder, body)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from services.gateway.models import CheckinRequest, ResultRequest
+from services.gateway.models import CheckinRequest, EnrollmentRequest, ResultRequest
 
 if TYPE_CHECKING:
     from services.gateway.config import GatewayConfig
@@ -27,12 +27,13 @@ def _ref(name: str) -> Json:
 
 
 def request_schemas() -> dict[str, Json]:
-    """CheckinRequest and ResultRequest as JSON Schemas, generated from the models."""
+    """The request bodies as JSON Schemas, generated from the models."""
     _, components = msgspec.json.schema_components(
-        (CheckinRequest, ResultRequest), ref_template="#/components/schemas/{name}"
+        (CheckinRequest, ResultRequest, EnrollmentRequest),
+        ref_template="#/components/schemas/{name}",
     )
-    for schema in components.values():
-        schema["additionalProperties"] = True  # newer device SDKs may send more
+    for name in ("CheckinRequest", "ResultRequest"):
+        components[name]["additionalProperties"] = True  # newer device SDKs may send more
     # Read as a number and accepted when integral (models.IntegralIndex): JSON Schema's integer.
     components["ResultRequest"]["properties"]["round_index"]["type"] = "integer"
     components["CheckinRequest"]["properties"]["attrs"]["description"] = (
@@ -50,6 +51,12 @@ def openapi_document(config: GatewayConfig) -> Json:
             "schema": {"type": "integer"},
         }
     }
+    unauthorized = _error(
+        "No valid device token (`missing_token`, `invalid_token`, `expired_token`, "
+        "`revoked_token`), when the deployment authenticates devices."
+    )
+    unauthorized["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
+    forbidden = _error("The token is valid but not this device's (`forbidden`).")
     busy = {
         "description": (
             "The gateway is overloaded (too many check-ins in progress) or cannot reach the "
@@ -96,8 +103,11 @@ def openapi_document(config: GatewayConfig) -> Json:
                     "summary": "Check in and ask for a task",
                     "operationId": "checkin",
                     "requestBody": {"required": True, "content": _ref("CheckinRequest")},
+                    "security": [{"device": []}, {}],
                     "responses": {
                         "200": {"description": "Assigned or not", "content": _ref("CheckinAnswer")},
+                        "401": unauthorized,
+                        "403": forbidden,
                         "400": _error("The body is not JSON (`malformed_json`)."),
                         "408": _error("The body did not arrive within the bound (`timeout`)."),
                         "413": _error(
@@ -115,11 +125,17 @@ def openapi_document(config: GatewayConfig) -> Json:
                     "summary": "Upload a device's result (or failure) for its assignment",
                     "operationId": "upload_result",
                     "requestBody": {"required": True, "content": _ref("ResultRequest")},
+                    "security": [{"device": []}, {}],
                     "responses": {
                         "202": {
                             "description": "Stored on the broker",
                             "content": _ref("ResultAck"),
                         },
+                        "401": unauthorized,
+                        "403": _error(
+                            "The token is not this device's (`forbidden`), or the device holds "
+                            "no assignment of that round (`not_assigned`)."
+                        ),
                         "400": _error("The body is not JSON (`malformed_json`)."),
                         "408": _error("The body did not arrive within the bound (`timeout`)."),
                         "413": _error(
@@ -132,10 +148,54 @@ def openapi_document(config: GatewayConfig) -> Json:
                     },
                 }
             },
+            "/v1/devices": {
+                "post": {
+                    "summary": "Enrol a device: a device token for the requests above",
+                    "operationId": "enroll_device",
+                    "security": [{"enroll": []}],
+                    "requestBody": {"required": False, "content": _ref("EnrollmentRequest")},
+                    "responses": {
+                        "201": {"description": "Enrolled", "content": _ref("Enrollment")},
+                        "400": _error("The body is not JSON (`malformed_json`)."),
+                        "401": unauthorized,
+                        "403": _error("The token may not enrol devices (`forbidden`)."),
+                        "404": _error("The deployment does not authenticate (`auth_disabled`)."),
+                        "408": _error("The body did not arrive within the bound (`timeout`)."),
+                        "413": _error(
+                            f"The body exceeds {config.max_body_bytes} bytes (`too_large`)."
+                        ),
+                        "422": _error("A device_id out of range (`invalid_request`)."),
+                    },
+                }
+            },
         },
         "components": {
+            "securitySchemes": {
+                "device": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "A device token from POST /v1/devices (required when the "
+                    "deployment sets VENN_AUTH_SECRET).",
+                },
+                "enroll": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "An enrol (or admin) token: `venn token enroll`.",
+                },
+            },
             "schemas": {
                 **request_schemas(),
+                "Enrollment": {
+                    "type": "object",
+                    "required": ["device_id", "token", "expires_at"],
+                    "properties": {
+                        "device_id": {"type": "string"},
+                        "token": {"type": "string"},
+                        "expires_at": {"type": "number"},
+                    },
+                },
                 "CheckinAnswer": {
                     "oneOf": [
                         {"$ref": "#/components/schemas/Assigned"},
@@ -206,6 +266,6 @@ def openapi_document(config: GatewayConfig) -> Json:
                         "stats": {"type": "object"},
                     },
                 },
-            }
+            },
         },
     }

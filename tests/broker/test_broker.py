@@ -62,6 +62,7 @@ def test_default_topic_catalogue() -> None:
         "venn.rounds",
         "venn.dead-letters",
         "venn.replies",
+        "venn.revocations",
     )
     assert changelog_topic("venn-scheduler", "jobs") == "venn-scheduler-jobs-changelog"
 

@@ -33,6 +33,7 @@ DEVICE = {"cpu_f": 9.0, "ram": 8.0, "fp16_mem": 8.0, "android_os": 12.0}
 
 
 def http(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body); (0, {}) when nothing listens (yet)."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
@@ -40,6 +41,8 @@ def http(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, A
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
+    except urllib.error.URLError:
+        return 0, {}
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -100,7 +103,7 @@ def test_broker_loss_turns_health_red_and_everything_resumes(
                 await client.register_job(job, {"cpu_f": 1}, 2, 3, deadline_s=600)
                 await client.request_round(job, 0, 2)
 
-    assert http(gateway)[0] == 200 and http(scheduler)[0] == 200
+    wait_until(lambda: http(gateway)[0] == http(scheduler)[0] == 200, 60, "both to serve")
     asyncio.run(open_round(close_previous=False))
     wait_until(lambda: checkin(settings, "before")[1].get("assigned") is True, 60, "assignment")
     asyncio.run(open_round(close_previous=True))

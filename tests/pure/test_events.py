@@ -31,6 +31,7 @@ from venn.events import (
     JobRegistered,
     RoundClosed,
     RoundRequested,
+    TokenRevoked,
     dead_letter_for,
     decode,
     encode,
@@ -111,6 +112,9 @@ SAMPLES[CheckinBatch] = CheckinBatch(
 )
 SAMPLES[AssignmentBatch] = AssignmentBatch(
     event_id="ab1", time=2.1, job_id="j1", assignments=[cast(Assignment, SAMPLES[Assignment])]
+)
+SAMPLES[TokenRevoked] = TokenRevoked(
+    event_id="rev1", time=7.0, token_id="0f" * 16, expires_at=1e9, reason="device lost"
 )
 SAMPLES[CheckinsDeclined] = CheckinsDeclined(
     event_id="dec1", time=2.2, reply_to="gw-1", checkin_ids=["c1"]

@@ -31,6 +31,10 @@ REPLIES = "venn.replies"
 """Scheduler -> gateways: the check-ins of a batch that got no assignment, so the gateway
 answers retry_after at once instead of waiting out its bound. Key: the batch's reply_to."""
 
+REVOCATIONS = "venn.revocations"
+"""Revoked API tokens (key: the token id). Every service that checks tokens follows it from
+the beginning; compacted, so a revocation outlives any retention."""
+
 ALL_TOPICS: tuple[str, ...] = (
     CHECKINS,
     JOBS,
@@ -39,6 +43,7 @@ ALL_TOPICS: tuple[str, ...] = (
     ROUNDS,
     DEAD_LETTERS,
     REPLIES,
+    REVOCATIONS,
 )
 
 DEAD_LETTER_OWNER: dict[str, str] = {
@@ -48,10 +53,14 @@ DEAD_LETTER_OWNER: dict[str, str] = {
     ROUNDS: "scheduler",
     ASSIGNMENTS: "scheduler",
     REPLIES: "gateway",
+    REVOCATIONS: "scheduler",
 }
 """The one service that dead-letters a malformed record of each topic, so every bad record
 gets exactly one dead letter; every other reader skips it and counts it. (The scheduler
 reads every input; a reply is dead-lettered by the gateway it is addressed to.)"""
+
+TOPIC_CONFIGS: dict[str, dict[str, str]] = {REVOCATIONS: {"cleanup.policy": "compact"}}
+"""Topic-level settings given at creation."""
 
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3
@@ -109,7 +118,15 @@ async def ensure_topics(
         if missing:
             factor = replication or await default_replication(admin)
             response = await admin.create_topics(
-                [NewTopic(name, partitions, replication_factor=factor) for name in missing]
+                [
+                    NewTopic(
+                        name,
+                        partitions,
+                        replication_factor=factor,
+                        topic_configs=TOPIC_CONFIGS.get(name, {}),
+                    )
+                    for name in missing
+                ]
             )
             for err in response.to_object()["topic_errors"]:
                 code = err["error_code"]

@@ -1,0 +1,148 @@
+"""Device authentication at the gateway (issue 12, defect 4): enrolment issues signed device
+tokens; check-ins and results need one, for the device they name; revoked and expired
+tokens are refused; a result is accepted only from the device the round assigned."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from services.gateway import GatewayConfig, GatewayServer
+from venn import events as ev
+from venn.auth import Tokens
+from venn.broker import topics
+from venn.broker.topics import ensure_topics
+from venn.settings import Settings
+
+SECRET = secrets.token_urlsafe(32)
+
+
+@dataclasses.dataclass
+class Authed:
+    server: GatewayServer
+    http: aiohttp.ClientSession
+    tokens: Tokens
+    broker: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    async def post(
+        self, path: str, body: dict[str, Any] | None, token: str | None = None
+    ) -> tuple[int, dict[str, Any], Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with self.http.post(f"{self.url}{path}", json=body, headers=headers) as r:
+            return r.status, await r.json(), r.headers
+
+
+@pytest.fixture
+async def gateway(broker: str, partitions: int) -> AsyncIterator[Authed]:
+    settings = Settings(broker=broker, topic_partitions=partitions, auth_secret=SECRET)
+    await ensure_topics(broker, partitions)
+    server = GatewayServer(GatewayConfig(settings, port=0, wait_s=1.0))
+    await server.start()
+    http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+    try:
+        yield Authed(server, http, Tokens(SECRET), broker)
+    finally:
+        await http.close()
+        await server.stop()
+
+
+def checkin(device: str) -> dict[str, Any]:
+    return {"device_id": device, "attrs": {"ram": 4}, "speed_ms_per_sample": 1, "bandwidth_kbps": 2}
+
+
+def result(device: str, job: str) -> dict[str, Any]:
+    return {"device_id": device, "job_id": job, "round_index": 0, "ok": True, "response_time_s": 1}
+
+
+async def test_enrolment_and_the_tokens_a_check_in_needs(gateway: Authed) -> None:
+    enroll = gateway.tokens.issue("enroll", "fleet-provisioner", ttl_s=600)
+    status, body, _ = await gateway.post("/v1/devices", {}, None)
+    assert (status, body["error"]) == (401, "missing_token")
+    device_token = gateway.tokens.issue("device", "some-device", ttl_s=600)
+    status, body, _ = await gateway.post("/v1/devices", {}, device_token)
+    assert (status, body["error"]) == (403, "forbidden")  # a device cannot enrol devices
+    status, enrolled, _ = await gateway.post("/v1/devices", {"device_id": "d-1"}, enroll)
+    assert status == 201 and enrolled["device_id"] == "d-1"
+    token = enrolled["token"]
+
+    # The enrolled device checks in; nobody else may use its token, nor check in without one.
+    status, body, _ = await gateway.post("/v1/checkin", checkin("d-1"), token)
+    assert status == 200 and body["assigned"] is False
+    status, body, headers = await gateway.post("/v1/checkin", checkin("d-1"))
+    assert (status, body["error"]) == (401, "missing_token")
+    assert headers["WWW-Authenticate"].startswith("Bearer")
+    status, body, _ = await gateway.post("/v1/checkin", checkin("d-2"), token)
+    assert (status, body["error"]) == (403, "forbidden")
+    forged = Tokens(secrets.token_urlsafe(32)).issue("device", "d-1", ttl_s=600)
+    status, body, _ = await gateway.post("/v1/checkin", checkin("d-1"), forged)
+    assert (status, body["error"]) == (401, "invalid_token")
+    status, body, _ = await gateway.post("/v1/checkin", checkin("d-1"), token + "x")
+    assert (status, body["error"]) == (401, "invalid_token")
+    expired = gateway.tokens.issue("device", "d-1", ttl_s=60, now=time.time() - 3600)
+    status, body, _ = await gateway.post("/v1/checkin", checkin("d-1"), expired)
+    assert (status, body["error"]) == (401, "expired_token")
+    assert gateway.server.gateway.stats.checkins == 1  # nothing refused reached Kafka
+
+
+async def test_a_revoked_token_is_refused(gateway: Authed) -> None:
+    device = f"rev-{uuid.uuid4().hex[:6]}"
+    token = gateway.tokens.issue("device", device, ttl_s=600)
+    assert (await gateway.post("/v1/checkin", checkin(device), token))[0] == 200
+    claims = gateway.tokens.check(token, "device")
+    revoked = ev.TokenRevoked(
+        event_id=f"revoke-{claims.token_id}", time=time.time(), token_id=claims.token_id,
+        expires_at=claims.expires_at, reason="lost device",
+    )  # fmt: skip
+    producer = AIOKafkaProducer(bootstrap_servers=gateway.broker)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topics.REVOCATIONS, ev.encode(revoked), key=ev.key_of(revoked))
+    finally:
+        await producer.stop()
+    deadline = time.monotonic() + 20
+    while claims.token_id not in gateway.server.gateway.tokens.revocations:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "the gateway never saw the revocation"
+        await asyncio.sleep(0.1)
+    status, body, _ = await gateway.post("/v1/checkin", checkin(device), token)
+    assert (status, body["error"]) == (401, "revoked_token")
+
+
+async def test_a_result_only_from_the_device_the_round_assigned(gateway: Authed) -> None:
+    """Issue 12, defect 4: forged results made a job finish every round with no device."""
+    job = f"job-{uuid.uuid4().hex[:6]}"
+    mallory = gateway.tokens.issue("device", "mallory", ttl_s=600)
+    status, body, _ = await gateway.post("/v1/results", result("mallory", job), mallory)
+    assert (status, body["error"]) == (403, "not_assigned")
+
+    assignment = ev.Assignment(
+        event_id=f"asg:x:{job}:0", time=time.time(), job_id=job, round_index=0,
+        device_id="alice", task_url="http://c/t", speed_ms_per_sample=1, bandwidth_kbps=1,
+    )  # fmt: skip
+    producer = AIOKafkaProducer(bootstrap_servers=gateway.broker)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topics.ASSIGNMENTS, ev.encode(assignment), key=job.encode())
+    finally:
+        await producer.stop()
+    deadline = time.monotonic() + 20
+    while (job, 0, "alice") not in gateway.server.gateway.assigned:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    alice = gateway.tokens.issue("device", "alice", ttl_s=600)
+    status, body, _ = await gateway.post("/v1/results", result("alice", job), mallory)
+    assert (status, body["error"]) == (403, "forbidden")  # mallory's token, alice's name
+    status, body, _ = await gateway.post("/v1/results", result("alice", job), alice)
+    assert status == 202 and body["accepted"] is True
