@@ -43,6 +43,7 @@ from venn.fields import (
     Speed,
     Text,
     Timestamp,
+    Token,
     TopicName,
     Url,
 )
@@ -81,17 +82,23 @@ class JobRegistered(Event, tag="job_registered", frozen=True):
     rounds: Rounds
     deadline_s: PosDuration
     workload_s: Duration
+    token: Token | None = None
+    """The job owner's API token (required when the deployment authenticates)."""
 
 
 class RoundRequested(Event, tag="round_requested", frozen=True):
     job_id: Id
     round_index: RoundIndex
     demand: Demand
+    token: Token | None = None
+    """The job owner's API token (required when the deployment authenticates)."""
 
 
 class JobCancelled(Event, tag="job_cancelled", frozen=True):
     job_id: Id
     reason: Text
+    token: Token | None = None
+    """The job owner's API token (required when the deployment authenticates)."""
 
 
 class Assignment(Event, tag="assignment", frozen=True):
@@ -178,6 +185,8 @@ class RoundClosed(Event, tag="round_closed", frozen=True):
     reason: Text
     sched_delay_s: Duration
     response_time_s: Duration
+    token: Token | None = None
+    """The job owner's API token (required when the deployment authenticates)."""
 
 
 class JobFinished(Event, tag="job_finished", frozen=True):
@@ -186,6 +195,8 @@ class JobFinished(Event, tag="job_finished", frozen=True):
     arrival: Timestamp
     finished_at: Timestamp
     jct_s: Duration
+    token: Token | None = None
+    """The job owner's API token (required when the deployment authenticates)."""
 
 
 class DeadLetter(Event, tag="dead_letter", frozen=True):

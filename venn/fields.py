@@ -77,6 +77,9 @@ Bandwidth = Annotated[float, msgspec.Meta(ge=0, le=BANDWIDTH_MAX)]
 TopicName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._\-]+$")
 ]
+TOKEN_MAX = 4096
+Token = Annotated[str, msgspec.Meta(max_length=TOKEN_MAX, pattern=r"^[A-Za-z0-9._\-]+$")]
+"""A signed API token (a JWT: base64url parts joined by dots)."""
 Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 Base64 = Annotated[
     str, msgspec.Meta(max_length=(ORIGINAL_PREFIX_MAX + 2) // 3 * 4, pattern=r"^[A-Za-z0-9+/=]*$")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,12 @@ class Settings:
         "",
         "Key that signs and checks API tokens (32+ bytes; from the environment, never the "
         "repo). Empty: no authentication (`venn up` and `venn demo` make one per run dir).",
+    )
+    job_token: str = _env(
+        "VENN_JOB_TOKEN",
+        "",
+        "The API token coordinators and the SDK example send with job events (`venn token "
+        "job`); empty: minted from VENN_AUTH_SECRET when this process has it.",
     )
     device_token_ttl_s: float = _env(
         "VENN_DEVICE_TOKEN_TTL_S", 30 * 86400.0, "Lifetime of a device token issued at enrolment."
@@ -206,6 +213,9 @@ class Settings:
 
 STACK_FILE = "stack.json"
 STACK_FIELDS = ("broker", "broker_kind", "database_url")
+SECRETS_FILE = "secrets.json"
+"""The run dir's own secret (mode 0600), made by `venn up`/`venn demo` when VENN_AUTH_SECRET
+is unset; kept across `venn down`/`venn up` so that issued tokens stay valid."""
 
 
 def running_stack(run_dir: str | Path) -> dict[str, str]:
@@ -217,7 +227,30 @@ def running_stack(run_dir: str | Path) -> dict[str, str]:
         return {}
     if not isinstance(record, dict):
         return {}
-    return {k: str(record[k]) for k in STACK_FIELDS if isinstance(record.get(k), str)}
+    found = {k: str(record[k]) for k in STACK_FIELDS if isinstance(record.get(k), str)}
+    secret = run_dir_secret(run_dir)
+    if secret:
+        found["auth_secret"] = secret
+    return found
+
+
+def run_dir_secret(run_dir: str | Path, create: bool = False) -> str:
+    """The run dir's auth secret ("" when none and not ``create``)."""
+    path = Path(run_dir) / SECRETS_FILE
+    try:
+        secret = json.loads(path.read_text()).get("auth_secret", "")
+        if isinstance(secret, str) and secret:
+            return secret
+    except (OSError, ValueError, AttributeError):
+        pass
+    if not create:
+        return ""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(48)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"auth_secret": secret}, out)
+    return secret
 
 
 def _convert(name: str, env: str, raw: str, cast: Callable[[str], Any]) -> Any:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from services.coordinator.ledger import RoundLedger
 from services.coordinator.resume import Position, read_positions
+from venn.auth.local import job_token
 from venn.core.lifecycle import JobLife
 from venn.core.model import JobSpec
 from venn.events import RoundClosed
@@ -269,7 +270,8 @@ async def run_coordinator(
     where the log says it stands. Returns outcomes by job id.
     """
     clock = clock or TraceClock(speedup=speedup)
-    async with VennClient(settings.broker, client_id="venn-coordinator") as client:
+    token = job_token(settings, [spec.job_id for spec in jobs], owner="coordinator")
+    async with VennClient(settings.broker, client_id="venn-coordinator", token=token) as client:
         # After the client listens: whatever the log gets from now on reaches the client.
         positions = await read_positions(settings.broker, [spec.job_id for spec in jobs])
         coordinators = [JobCoordinator(client, spec, clock, on_progress) for spec in jobs]

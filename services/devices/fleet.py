@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
 from venn import events
+from venn.auth.local import issuer
 from venn.broker import topics
 from venn.events import Assignment, AssignmentBatch, DeviceCheckin, DeviceResult
 from venn.sdk.clock import TraceClock
@@ -332,6 +333,7 @@ class HttpDeviceFleet(DeviceFleet):
     def __init__(self, gateway_url: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.gateway_url = gateway_url.rstrip("/")
+        self._tokens = issuer(self.settings)
         self._http: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -345,6 +347,13 @@ class HttpDeviceFleet(DeviceFleet):
         for event in self._checkin_events(batch):
             self._spawn(self._checkin(event))
 
+    def _auth(self, device_id: str) -> dict[str, str]:
+        """The device's token (minted here: the emulator holds the deployment's secret)."""
+        if self._tokens is None:
+            return {}
+        token = self._tokens.issue("device", device_id, ttl_s=3600)
+        return {"Authorization": f"Bearer {token}"}
+
     async def _checkin(self, event: DeviceCheckin) -> None:
         assert self._http is not None
         body = {
@@ -354,7 +363,8 @@ class HttpDeviceFleet(DeviceFleet):
             "bandwidth_kbps": event.bandwidth_kbps,
         }
         try:
-            async with self._http.post(f"{self.gateway_url}/v1/checkin", json=body) as r:
+            url = f"{self.gateway_url}/v1/checkin"
+            async with self._http.post(url, json=body, headers=self._auth(event.device_id)) as r:
                 answer = await r.json() if r.status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError):
             answer = None
@@ -390,7 +400,9 @@ class HttpDeviceFleet(DeviceFleet):
         }
         for attempt in range(self.RESULT_TRIES):
             try:
-                async with self._http.post(f"{self.gateway_url}/v1/results", json=body) as r:
+                url = f"{self.gateway_url}/v1/results"
+                headers = self._auth(result.device_id)
+                async with self._http.post(url, json=body, headers=headers) as r:
                     if r.status == 202:
                         return
             except (aiohttp.ClientError, TimeoutError):

@@ -46,6 +46,7 @@ from services.scheduler.config import SchedulerConfig
 from services.scheduler.state import Rejected, SchedulerState
 from services.scheduler.transport import OutputProducer, SchedulerApp
 from venn import events as ev
+from venn.auth.revocations import follow_revocations
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
 from venn.settings import Settings
@@ -265,5 +266,10 @@ def create_app(
     async def _quiet() -> None:
         quiet_logs()
         watch.start()
+
+    @app.task
+    async def _revocations() -> None:
+        if config.tokens is not None:
+            await follow_revocations(settings.broker, config.tokens.revocations)
 
     return app

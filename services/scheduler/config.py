@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from venn.auth import Tokens
 from venn.broker.process import free_port
 from venn.settings import Settings
 
@@ -21,6 +22,8 @@ class SchedulerConfig:
     task_url_base: str = DEFAULT_TASK_URL_BASE
     dedupe_window: int = 100_000
     checkin_max_age_s: float = 10.0
+    tokens: Tokens | None = None
+    """Checks the job owners' tokens on job and round events (None: no authentication)."""
 
     @classmethod
     def from_env(
@@ -37,6 +40,7 @@ class SchedulerConfig:
             task_url_base=s.task_url_base.rstrip("/"),
             dedupe_window=s.dedupe_window,
             checkin_max_age_s=s.checkin_max_age_s,
+            tokens=Tokens(s.auth_secret) if s.auth_enabled else None,
         )
 
     def task_url(self, job_id: str, round_index: int) -> str:

@@ -38,6 +38,7 @@ from typing import Any
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
 from venn import events as ev
+from venn.auth import AuthError, check_job_event
 from venn.core import make_scheduler
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
@@ -216,7 +217,16 @@ class SchedulerState:
         raise Rejected(f"unknown job {job_id!r}")
 
     # -- venn.jobs ---------------------------------------------------------------------
+    def _authorize(self, event: ev.Event) -> None:
+        """Job and round events need their job's token (a forged event could register,
+        cancel or close any job: issue 12, defect 4)."""
+        try:
+            check_job_event(self.config.tokens, event)
+        except AuthError as exc:
+            raise Rejected(f"unauthorized: {exc}") from None
+
     def on_job_event(self, event: ev.Event, partition: int, now: float) -> None:
+        self._authorize(event)
         if isinstance(event, ev.JobRegistered):
             if event.job_id in self.removed:
                 return
@@ -248,6 +258,7 @@ class SchedulerState:
 
     # -- venn.rounds -------------------------------------------------------------------
     def on_round_event(self, event: ev.Event, partition: int, now: float) -> None:
+        self._authorize(event)
         if isinstance(event, ev.RoundClosed):
             if not self._known(event.job_id):
                 return

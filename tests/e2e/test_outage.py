@@ -21,10 +21,11 @@ from sqlalchemy import select
 
 from venn.audit.db import make_engine
 from venn.audit.models import RoundAudit
+from venn.auth.local import issuer, job_token
 from venn.broker.local import start_detached, stop_detached
 from venn.broker.process import free_port
 from venn.sdk import VennClient
-from venn.settings import Settings
+from venn.settings import Settings, run_dir_secret
 from venn.stack.local import StackInfo, down, up
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +33,15 @@ pytestmark = pytest.mark.e2e
 DEVICE = {"cpu_f": 9.0, "ram": 8.0, "fp16_mem": 8.0, "android_os": 12.0}
 
 
-def http(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+def http(
+    url: str, body: dict[str, Any] | None = None, token: str | None = None
+) -> tuple[int, dict[str, Any]]:
     """(status, JSON body); (0, {}) when nothing listens (yet)."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.loads(response.read())
@@ -68,7 +74,11 @@ def stack(tmp_path: Path) -> Iterator[tuple[StackInfo, Settings]]:
     )
     info = up(settings)
     settings = dataclasses.replace(
-        settings, run_dir=str(info.run_dir), database_url=info.database_url, broker_kind="kafka"
+        settings,
+        run_dir=str(info.run_dir),
+        database_url=info.database_url,
+        broker_kind="kafka",
+        auth_secret=run_dir_secret(info.run_dir),
     )
     try:
         yield info, settings
@@ -79,7 +89,9 @@ def stack(tmp_path: Path) -> Iterator[tuple[StackInfo, Settings]]:
 def checkin(settings: Settings, device: str) -> tuple[int, dict[str, Any]]:
     url = f"http://127.0.0.1:{settings.gateway_port}/v1/checkin"
     body = {"device_id": device, "attrs": DEVICE, "speed_ms_per_sample": 50, "bandwidth_kbps": 5e3}
-    return http(url, body)
+    tokens = issuer(settings)
+    assert tokens is not None  # venn up authenticates
+    return http(url, body, tokens.issue("device", device, ttl_s=600))
 
 
 def test_broker_loss_turns_health_red_and_everything_resumes(
@@ -91,7 +103,8 @@ def test_broker_loss_turns_health_red_and_everything_resumes(
     job = "outage-job"
 
     async def open_round(close_previous: bool) -> None:
-        async with VennClient(settings.broker) as client:
+        token = job_token(settings, [job])
+        async with VennClient(settings.broker, token=token) as client:
             if close_previous:
                 # Written just before the outage (acks from the broker): audited after it.
                 await client.close_round(

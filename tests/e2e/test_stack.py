@@ -26,6 +26,7 @@ from sqlalchemy import select
 from venn import events as ev
 from venn.audit.db import make_engine
 from venn.audit.models import JobAudit, RoundAudit
+from venn.auth.local import job_token
 from venn.broker import topics
 from venn.broker.process import free_port
 from venn.sdk import VennClient
@@ -123,8 +124,8 @@ async def commit_marker_offsets(bootstrap: str, topic: str, group: str) -> dict[
         await consumer.stop()
 
 
-async def open_round_without_devices(bootstrap: str, job_id: str) -> None:
-    async with VennClient(bootstrap) as client:
+async def open_round_without_devices(bootstrap: str, job_id: str, token: str | None) -> None:
+    async with VennClient(bootstrap, token=token) as client:
         await client.register_job(job_id, {"cpu_f": 1}, 1, 1, deadline_s=600)
         await client.request_round(job_id, 0, 1)
 
@@ -229,7 +230,10 @@ def test_readme_steps_then_down_and_up_keeps_everything(tmp_path: Path) -> None:
                 await producer.flush()
             finally:
                 await producer.stop()
-            await open_round_without_devices(address, probe_job)
+            # The stack authenticates: a job token minted with its run dir's secret.
+            token = job_token(Settings.from_env(found), [probe_job])
+            assert token is not None
+            await open_round_without_devices(address, probe_job, token)
             return await commit_marker_offsets(address, topics.DEAD_LETTERS, "durability")
 
         positions = asyncio.run(before())

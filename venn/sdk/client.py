@@ -79,8 +79,12 @@ class VennClient:
         *,
         client_id: str = "venn-sdk",
         max_event_bytes: int = events.DEFAULT_MAX_BYTES,
+        token: str | None = None,
     ) -> None:
+        """``token``: the owner's API token, sent with every job and round event (needed
+        when the deployment authenticates: `venn token job --jobs ID`)."""
         self.bootstrap = bootstrap
+        self.token = token
         self.client_id = client_id
         self.max_event_bytes = max_event_bytes
         self.stats = ClientStats()
@@ -172,6 +176,7 @@ class VennClient:
         self.subscribe(job_id)
         event = JobRegistered(
             event_id=new_event_id(),
+            token=self.token,
             time=time.time(),
             job_id=job_id,
             # Paper aliases ("cpu", "memory", "os") become the attribute names devices report.
@@ -187,6 +192,7 @@ class VennClient:
     async def request_round(self, job_id: str, round_index: int, demand: int) -> RoundRequested:
         event = RoundRequested(
             event_id=new_event_id(),
+            token=self.token,
             time=time.time(),
             job_id=job_id,
             round_index=round_index,
@@ -212,6 +218,7 @@ class VennClient:
     ) -> RoundClosed:
         event = RoundClosed(
             event_id=new_event_id(),
+            token=self.token,
             time=time.time(),
             job_id=job_id,
             round_index=round_index,
@@ -239,6 +246,7 @@ class VennClient:
     ) -> JobFinished:
         event = JobFinished(
             event_id=new_event_id(),
+            token=self.token,
             time=time.time(),
             job_id=job_id,
             rounds_completed=rounds_completed,
@@ -252,7 +260,11 @@ class VennClient:
 
     async def cancel_job(self, job_id: str, reason: str = "cancelled by owner") -> JobCancelled:
         event = JobCancelled(
-            event_id=new_event_id(), time=time.time(), job_id=job_id, reason=reason
+            event_id=new_event_id(),
+            time=time.time(),
+            job_id=job_id,
+            reason=reason,
+            token=self.token,
         )
         await self._send(topics.JOBS, event)
         self.unsubscribe(job_id)

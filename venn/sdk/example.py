@@ -10,13 +10,16 @@ import math
 import sys
 import time
 
+from venn.auth.local import job_token
 from venn.sdk import VennClient
 from venn.settings import Settings
 
 
 async def main(bootstrap: str) -> None:
     demand, rounds = 5, 1
-    async with VennClient(bootstrap) as venn:
+    # VENN_JOB_TOKEN, or one minted with the stack's secret when run beside `venn up`.
+    token = job_token(Settings.from_env(), ["example-job"], owner="example")
+    async with VennClient(bootstrap, token=token) as venn:
         arrival = time.time()
         await venn.register_job("example-job", {"cpu_f": 1}, demand, rounds, deadline_s=300)
         await venn.request_round("example-job", 0, demand)

@@ -30,7 +30,7 @@ from venn.core.model import JobSpec
 from venn.data import DATA_DIR
 from venn.events import Event
 from venn.sdk.clock import TraceClock
-from venn.settings import Settings
+from venn.settings import Settings, run_dir_secret
 from venn.stack.capture import read_topics
 from venn.stack.local import POSTGRES_DIR, prepare_topics, service_env, wait_scheduler_ready
 from venn.stack.processes import (
@@ -204,6 +204,7 @@ async def run_demo(
             database_url=db_url,
             topic_partitions=config.partitions,
             speedup=config.speedup,
+            auth_secret=run_dir_secret(run, create=True),
         )
         await prepare_topics(settings)
         await asyncio.to_thread(upgrade_database, db_url)

@@ -20,7 +20,7 @@ from venn.audit.migrate import upgrade_database
 from venn.broker.local import read_detached, resolve_kind, start_detached, stop_detached
 from venn.broker.process import port_free, split_address
 from venn.broker.topics import ensure_topics
-from venn.settings import STACK_FIELDS, STACK_FILE, Settings
+from venn.settings import STACK_FIELDS, STACK_FILE, Settings, run_dir_secret
 from venn.stack.processes import (
     ServiceSpec,
     recorder_spec,
@@ -142,6 +142,8 @@ def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = Tru
     run.mkdir(parents=True, exist_ok=True)
     settings, broker_description = start_broker(settings)
     settings, database_description = start_database(settings)
+    secret = settings.auth_secret or run_dir_secret(run, create=True)
+    settings = dataclasses.replace(settings, auth_secret=secret)
     prepare(settings)
     alive = running_services(run)
     env = service_env(settings, policy, seed)

@@ -1,0 +1,26 @@
+"""Tokens for processes of a deployment that hold its secret (the demo's coordinators and
+fleet, the SDK example run beside `venn up`): they mint what they need. Everyone else is
+given a token (`venn token ...`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from venn.auth.tokens import Tokens
+from venn.settings import Settings
+
+JOB_TOKEN_TTL_S = 7 * 86400.0
+
+
+def issuer(settings: Settings) -> Tokens | None:
+    return Tokens(settings.auth_secret) if settings.auth_enabled else None
+
+
+def job_token(settings: Settings, jobs: Iterable[str], owner: str = "local") -> str | None:
+    """VENN_JOB_TOKEN when given; else one minted for ``jobs`` (None: no authentication)."""
+    if settings.job_token:
+        return settings.job_token
+    tokens = issuer(settings)
+    if tokens is None:
+        return None
+    return tokens.issue("job", owner, jobs=list(jobs), ttl_s=JOB_TOKEN_TTL_S)
