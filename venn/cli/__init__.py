@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from venn.cli import report_commands, sim_commands, stack_commands
+from venn.cli import report_commands, sim_commands, stack_commands, token_commands
 
 app = typer.Typer(
     help="Venn: a resource manager for collaborative (federated) learning jobs.",
@@ -14,6 +14,7 @@ app = typer.Typer(
 sim_commands.register(app)
 stack_commands.register(app)
 report_commands.register(app)
+token_commands.register(app)
 
 
 def main() -> None:
