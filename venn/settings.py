@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from venn.broker.security import Credentials, client_options
 from venn.broker.tuning import ClientTuning, tuning_for
 
 
@@ -67,6 +68,13 @@ class Settings:
         "The API token coordinators and the SDK example send with job events (`venn token "
         "job`); empty: minted from VENN_AUTH_SECRET when this process has it.",
     )
+    kafka_user: str = _env(
+        "VENN_KAFKA_USER",
+        "",
+        "This process's SASL/SCRAM principal on Kafka; empty: the run dir's for its role "
+        "beside `venn up`, else no SASL.",
+    )
+    kafka_password: str = _env("VENN_KAFKA_PASSWORD", "", "The password of VENN_KAFKA_USER.")
     device_token_ttl_s: float = _env(
         "VENN_DEVICE_TOKEN_TTL_S", 30 * 86400.0, "Lifetime of a device token issued at enrolment."
     )
@@ -189,6 +197,25 @@ class Settings:
     def run_path(self) -> Path:
         return Path(self.run_dir)
 
+    def for_role(self, role: str) -> Settings:
+        """These settings with the Kafka credentials of ``role`` (a principal of
+        venn.broker.security): VENN_KAFKA_USER when set, else the run dir's for that role."""
+        if self.kafka_user:
+            return self
+        users = run_dir_kafka_users(self.run_dir)
+        if role not in users:
+            return self
+        return dataclasses.replace(self, kafka_user=role, kafka_password=users[role])
+
+    @property
+    def kafka_credentials(self) -> Credentials | None:
+        return Credentials(self.kafka_user, self.kafka_password) if self.kafka_user else None
+
+    @property
+    def kafka_options(self) -> dict[str, Any]:
+        """Keyword arguments every aiokafka client of this process takes (SASL or none)."""
+        return client_options(self.kafka_credentials)
+
     @property
     def auth_enabled(self) -> bool:
         return bool(self.auth_secret)
@@ -234,23 +261,48 @@ def running_stack(run_dir: str | Path) -> dict[str, str]:
     return found
 
 
-def run_dir_secret(run_dir: str | Path, create: bool = False) -> str:
-    """The run dir's auth secret ("" when none and not ``create``)."""
-    path = Path(run_dir) / SECRETS_FILE
+def _read_secrets(run_dir: str | Path) -> dict[str, Any]:
     try:
-        secret = json.loads(path.read_text()).get("auth_secret", "")
-        if isinstance(secret, str) and secret:
-            return secret
-    except (OSError, ValueError, AttributeError):
-        pass
-    if not create:
-        return ""
+        found = json.loads((Path(run_dir) / SECRETS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _write_secrets(run_dir: str | Path, values: dict[str, Any]) -> None:
+    path = Path(run_dir) / SECRETS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(48)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
-        json.dump({"auth_secret": secret}, out)
+        json.dump(values, out)
+
+
+def run_dir_secret(run_dir: str | Path, create: bool = False) -> str:
+    """The run dir's auth secret ("" when none and not ``create``)."""
+    found = _read_secrets(run_dir)
+    secret = found.get("auth_secret")
+    if isinstance(secret, str) and secret:
+        return secret
+    if not create:
+        return ""
+    secret = secrets.token_urlsafe(48)
+    _write_secrets(run_dir, {**found, "auth_secret": secret})
     return secret
+
+
+def run_dir_kafka_users(
+    run_dir: str | Path, principals: tuple[str, ...] = (), create: bool = False
+) -> dict[str, str]:
+    """Kafka principal -> password of the run dir's local broker ({} when it has none);
+    with ``create``, one is made for each of ``principals`` that lacks one."""
+    found = _read_secrets(run_dir)
+    users = found.get("kafka_users")
+    users = {str(k): str(v) for k, v in users.items()} if isinstance(users, dict) else {}
+    missing = [p for p in principals if p not in users]
+    if create and missing:
+        users.update({p: secrets.token_urlsafe(24) for p in missing})
+        _write_secrets(run_dir, {**found, "kafka_users": users})
+    return users
 
 
 def _convert(name: str, env: str, raw: str, cast: Callable[[str], Any]) -> Any:

@@ -43,7 +43,12 @@ async def main_async(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     # SIGTERM leaves the jobs running: a coordinator started again resumes them.
     outcomes = await run_coordinator(
-        Settings.from_env(), jobs, args.speedup, stop, clock=clock, cancel_on_stop=False
+        Settings.from_env().for_role("coordinator"),
+        jobs,
+        args.speedup,
+        stop,
+        clock=clock,
+        cancel_on_stop=False,
     )
     for job_id, o in outcomes.items():
         print(f"{job_id}: finished={o.finished} jct_s={o.jct_s} attempts={o.attempts}")

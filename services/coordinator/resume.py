@@ -13,8 +13,9 @@ listening, so nothing falls between the two.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -74,7 +75,9 @@ async def _partitions(consumer: AIOKafkaConsumer, names: Iterable[str]) -> list[
     ]
 
 
-async def read_positions(bootstrap: str, job_ids: Collection[str]) -> dict[str, Position]:
+async def read_positions(
+    bootstrap: str, job_ids: Collection[str], options: Mapping[str, Any] | None = None
+) -> dict[str, Position]:
     """The position of each job of ``job_ids`` as the log has it now."""
     wanted = set(job_ids)
     consumer = AIOKafkaConsumer(
@@ -82,6 +85,7 @@ async def read_positions(bootstrap: str, job_ids: Collection[str]) -> dict[str, 
         group_id=None,
         enable_auto_commit=False,
         client_id="venn-coordinator-resume",
+        **dict(options or {}),
     )
     await consumer.start()
     try:

@@ -271,9 +271,12 @@ async def run_coordinator(
     """
     clock = clock or TraceClock(speedup=speedup)
     token = job_token(settings, [spec.job_id for spec in jobs], owner="coordinator")
-    async with VennClient(settings.broker, client_id="venn-coordinator", token=token) as client:
+    options = settings.kafka_options
+    async with VennClient(
+        settings.broker, client_id="venn-coordinator", token=token, kafka_options=options
+    ) as client:
         # After the client listens: whatever the log gets from now on reaches the client.
-        positions = await read_positions(settings.broker, [spec.job_id for spec in jobs])
+        positions = await read_positions(settings.broker, [spec.job_id for spec in jobs], options)
         coordinators = [JobCoordinator(client, spec, clock, on_progress) for spec in jobs]
         outcomes = await asyncio.gather(
             *(c.run(stop_event, positions.get(c.spec.job_id), cancel_on_stop) for c in coordinators)

@@ -45,7 +45,7 @@ async def main_async(args: argparse.Namespace) -> None:
     epoch = time.time() if args.epoch is None else args.epoch
     clock = TraceClock(speedup=args.speedup, epoch=epoch, origin=args.start)
     stats = await run_devices(
-        Settings.from_env(),
+        Settings.from_env().for_role("devices"),
         source,
         args.speedup,
         stop,

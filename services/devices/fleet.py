@@ -258,7 +258,11 @@ class DeviceFleet:
     ) -> FleetStats:
         """Replay check-ins with ``start <= t < end`` until ``stop`` is set."""
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.settings.broker, client_id="venn-devices", acks=1, linger_ms=2
+            bootstrap_servers=self.settings.broker,
+            client_id="venn-devices",
+            acks=1,
+            linger_ms=2,
+            **self.settings.kafka_options,
         )
         await self._producer.start()
         consumer = AIOKafkaConsumer(
@@ -266,6 +270,7 @@ class DeviceFleet:
             client_id="venn-devices",
             group_id=None,
             enable_auto_commit=False,
+            **self.settings.kafka_options,
         )
         await consumer.start()
         pump: asyncio.Task[None] | None = None

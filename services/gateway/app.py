@@ -132,7 +132,7 @@ class Gateway:
         self.lag_s = 0.0
         self._background: set[asyncio.Task[Any]] = set()
         self.started_at = 0.0
-        self.broker = BrokerWatch(self.settings.broker)
+        self.broker = BrokerWatch(self.settings.broker, self.settings.kafka_credentials)
         self.tokens = Tokens(self.settings.auth_secret) if self.settings.auth_enabled else None
         self.assigned: OrderedDict[tuple[str, int, str], float] = OrderedDict()
         """(job, round, device) of recent assignments: only those devices may upload a
@@ -145,6 +145,7 @@ class Gateway:
         counts = await ensure_topics(
             s.broker,
             s.topic_partitions,
+            options=s.kafka_options,
             names=(
                 topics.CHECKINS,
                 topics.ASSIGNMENTS,
@@ -161,6 +162,7 @@ class Gateway:
             client_id=client,
             acks=s.tuning.acks,
             linger_ms=0,  # the batcher lingers; a batch goes out when it is full or due
+            **s.kafka_options,
         )
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=s.broker,
@@ -169,6 +171,7 @@ class Gateway:
             enable_auto_commit=False,
             auto_offset_reset="latest",
             fetch_max_wait_ms=self.config.fetch_wait_ms,
+            **s.kafka_options,
         )
         await self.producer.start()
         self.batcher = CheckinBatcher(

@@ -55,7 +55,7 @@ class GatewayConfig:
     def from_env(
         cls, settings: Settings | None = None, environ: Mapping[str, str] | None = None
     ) -> GatewayConfig:
-        s = settings or Settings.from_env(environ)
+        s = (settings or Settings.from_env(environ)).for_role("gateway")
         return cls(
             settings=s,
             host=s.gateway_host,

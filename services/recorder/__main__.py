@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    settings = Settings.from_env()
+    settings = Settings.from_env().for_role("recorder")
     if args.migrate:
         upgrade_database(settings.database_url)
     asyncio.run(_main(settings))

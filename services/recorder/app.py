@@ -236,6 +236,7 @@ async def run_recorder(
             settings.broker,
             settings.topic_partitions,
             names=(names.rounds, names.jobs, names.dead_letters),
+            options=settings.kafka_options,
         )
     engine = make_engine(settings.database_url)
     consumer = AIOKafkaConsumer(
@@ -246,6 +247,7 @@ async def run_recorder(
         client_id="venn-recorder",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **settings.kafka_options,
         **{**settings.tuning.consumer_group(), **(consumer_options or {})},
     )
     producer = AIOKafkaProducer(
@@ -253,10 +255,13 @@ async def run_recorder(
         client_id="venn-recorder",
         acks=settings.tuning.acks,
         linger_ms=5,
+        **settings.kafka_options,
     )
     tokens = Tokens(settings.auth_secret) if settings.auth_enabled else None
     revocations = (
-        asyncio.create_task(follow_revocations(settings.broker, tokens.revocations))
+        asyncio.create_task(
+            follow_revocations(settings.broker, tokens.revocations, settings.kafka_options)
+        )
         if tokens is not None
         else None
     )

@@ -47,7 +47,7 @@ from services.scheduler.state import Rejected, SchedulerState
 from services.scheduler.transport import OutputProducer, SchedulerApp
 from venn import events as ev
 from venn.auth.revocations import follow_revocations
-from venn.broker import topics
+from venn.broker import security, topics
 from venn.broker.health import BrokerWatch
 from venn.settings import Settings
 
@@ -65,6 +65,15 @@ def changelog_topics(settings: Settings) -> list[str]:
     """Changelog topics of the app's tables: create them (with the input topics' partition
     count) before the worker starts."""
     return [topics.changelog_topic(settings.app_id, table) for table in TABLES]
+
+
+def faust_credentials(settings: Settings) -> faust.SASLCredentials | None:
+    creds = settings.kafka_credentials
+    if creds is None:
+        return None
+    return faust.SASLCredentials(
+        username=creds.user, password=creds.password, mechanism=security.MECHANISM
+    )
 
 
 def quiet_logs() -> None:
@@ -96,6 +105,7 @@ def create_app(
         broker_rebalance_timeout=tuning.rebalance_timeout_ms / 1000,
         broker_heartbeat_interval=tuning.heartbeat_interval_ms / 1000,
         web_bind=settings.scheduler_web_host,
+        broker_credentials=faust_credentials(settings),
         web_port=config.web_port,
         datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data"),
     )
@@ -251,7 +261,7 @@ def create_app(
             # aiohttp refuses a charset inside content_type; the exposition is ASCII anyway.
             return self.bytes(generate_latest(), content_type=METRICS_CONTENT_TYPE)
 
-    watch = BrokerWatch(settings.broker)
+    watch = BrokerWatch(settings.broker, settings.kafka_credentials)
     app.broker_watch = watch  # type: ignore[attr-defined]
 
     @app.page("/healthz")
@@ -270,6 +280,8 @@ def create_app(
     @app.task
     async def _revocations() -> None:
         if config.tokens is not None:
-            await follow_revocations(settings.broker, config.tokens.revocations)
+            await follow_revocations(
+                settings.broker, config.tokens.revocations, settings.kafka_options
+            )
 
     return app

@@ -30,7 +30,7 @@ class SchedulerConfig:
         cls, settings: Settings | None = None, environ: Mapping[str, str] | None = None
     ) -> SchedulerConfig:
         env = os.environ if environ is None else environ
-        s = settings or Settings.from_env(env)
+        s = (settings or Settings.from_env(env)).for_role("scheduler")
         return cls(
             settings=s,
             policy=s.policy,

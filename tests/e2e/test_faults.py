@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -37,7 +38,7 @@ from venn.broker.process import free_port, pid_alive
 from venn.settings import Settings
 from venn.stack.capture import read_topics
 from venn.stack.demo import resolve_workload
-from venn.stack.local import down, gateway_spec, service_env, up
+from venn.stack.local import down, gateway_spec, kafka_users, service_env, up
 from venn.stack.processes import (
     recorder_spec,
     running_services,
@@ -50,6 +51,8 @@ from venn.workloads import load_workload
 pytestmark = pytest.mark.e2e
 
 JOBS = 5
+KAFKA: dict[str, Any] = {}
+"""The operator's (admin) Kafka options of the stack under test: it signs in with SASL."""
 KILL_EVERY_S = 12.0
 SPEEDUP = 20.0
 WORKLOAD = ("--workload", "demo", "--jobs", str(JOBS), "--seed", "3")
@@ -110,7 +113,8 @@ class Run:
             "recorder": recorder_spec(),
             "gateway": gateway_spec(),
         }[name]
-        start_service(self.settings.run_dir, spec, service_env(self.settings, "venn", 0))
+        env = service_env(self.settings.for_role(name), "venn", 0)
+        start_service(self.settings.run_dir, spec, env)
 
     def kill_kafka_node(self, node_id: int) -> None:
         record = read_detached(self.settings.run_dir)
@@ -120,7 +124,8 @@ class Run:
     def restart_kafka_node(self, node_id: int) -> None:
         record = read_detached(self.settings.run_dir)
         assert record is not None
-        cluster = KafkaBroker(Path(self.settings.run_dir) / KAFKA_DIR, nodes=3)
+        users = kafka_users(self.settings)
+        cluster = KafkaBroker(Path(self.settings.run_dir) / KAFKA_DIR, nodes=3, users=users)
         pids = list(record.pids)
         pids[node_id - 1] = cluster.start_node(node_id, detached=True)
         cluster.detach()
@@ -155,6 +160,7 @@ def stack(tmp_path: Path) -> Iterator[Run]:
         database_url=info.database_url,
     )
     env = clean_env(VENN_RUN_DIR=str(info.run_dir))
+    KAFKA.update(settings.for_role("admin").kafka_options)
     try:
         yield Run(settings, env, time.time() + 2.0, tmp_path)
     finally:
@@ -198,6 +204,7 @@ def test_every_job_finishes_through_kills_of_each_service(stack: Run) -> None:
         read_topics(
             stack.settings.broker,
             (topics.CHECKINS, topics.JOBS, topics.ASSIGNMENTS, topics.RESULTS, topics.ROUNDS),
+            options=KAFKA,
         )
     )
     closes = invariants.closes(captured, job_ids)
@@ -228,7 +235,7 @@ RECORDER_INPUTS = (topics.JOBS, topics.ROUNDS)
 
 
 async def end_offsets(bootstrap: str, names: Iterable[str]) -> dict[TopicPartition, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **KAFKA)
     await consumer.start()
     try:
         await consumer._client.force_metadata_update()
@@ -244,7 +251,7 @@ async def committed(
     bootstrap: str, group: str, parts: Iterable[TopicPartition]
 ) -> dict[TopicPartition, int]:
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False, **KAFKA
     )
     await consumer.start()
     try:
@@ -255,7 +262,7 @@ async def committed(
 
 async def reset_to_zero(bootstrap: str, group: str, names: Iterable[str]) -> None:
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False, **KAFKA
     )
     await consumer.start()
     try:

@@ -26,7 +26,7 @@ from venn.broker.local import start_detached, stop_detached
 from venn.broker.process import free_port
 from venn.sdk import VennClient
 from venn.settings import Settings, run_dir_secret
-from venn.stack.local import StackInfo, down, up
+from venn.stack.local import StackInfo, down, kafka_users, up
 
 pytestmark = pytest.mark.e2e
 
@@ -104,7 +104,8 @@ def test_broker_loss_turns_health_red_and_everything_resumes(
 
     async def open_round(close_previous: bool) -> None:
         token = job_token(settings, [job])
-        async with VennClient(settings.broker, token=token) as client:
+        options = settings.for_role("coordinator").kafka_options
+        async with VennClient(settings.broker, token=token, kafka_options=options) as client:
             if close_previous:
                 # Written just before the outage (acks from the broker): audited after it.
                 await client.close_round(
@@ -129,7 +130,7 @@ def test_broker_loss_turns_health_red_and_everything_resumes(
     assert (status, answer["reason"]) == (429, "broker_unavailable")
     wait_until(lambda: http(scheduler)[0] == 503, 30, "the scheduler to report the broker lost")
 
-    start_detached(info.run_dir, "kafka", settings.broker)
+    start_detached(info.run_dir, "kafka", settings.broker, users=kafka_users(settings))
     wait_until(lambda: http(gateway)[0] == 200, 60, "the gateway to see the broker back")
     wait_until(lambda: http(scheduler)[0] == 200, 60, "the scheduler to see the broker back")
     # The scheduler resumes: the round requested before the outage gets its devices.

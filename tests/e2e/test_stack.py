@@ -34,6 +34,9 @@ from venn.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
+KAFKA: dict[str, Any] = {}
+"""The operator's (admin) Kafka options of the stack under test: it signs in with SASL."""
+
 DEVICE = {"cpu_f": 9.0, "ram": 8.0, "fp16_mem": 8.0, "android_os": 12.0}
 
 
@@ -57,7 +60,7 @@ def venn(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 240) 
 
 
 async def committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, **KAFKA)
     await consumer.start()
     try:
         return await consumer.committed(tp)
@@ -66,7 +69,7 @@ async def committed(bootstrap: str, group: str, tp: TopicPartition) -> int | Non
 
 
 async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **KAFKA)
     await consumer.start()
     try:
         parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
@@ -81,7 +84,7 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 async def read_markers(bootstrap: str, topic: str, prefix: bytes, want: int) -> list[bytes]:
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", **KAFKA
     )
     await consumer.start()
     found: list[bytes] = []
@@ -108,6 +111,7 @@ async def commit_marker_offsets(bootstrap: str, topic: str, group: str) -> dict[
         group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        **KAFKA,
     )
     await consumer.start()
     try:
@@ -125,14 +129,14 @@ async def commit_marker_offsets(bootstrap: str, topic: str, group: str) -> dict[
 
 
 async def open_round_without_devices(bootstrap: str, job_id: str, token: str | None) -> None:
-    async with VennClient(bootstrap, token=token) as client:
+    async with VennClient(bootstrap, token=token, kafka_options=KAFKA) as client:
         await client.register_job(job_id, {"cpu_f": 1}, 1, 1, deadline_s=600)
         await client.request_round(job_id, 0, 1)
 
 
 async def first_assignment(bootstrap: str, job_id: str, timeout: float) -> ev.Assignment:
-    async with VennClient(bootstrap) as client:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    async with VennClient(bootstrap, kafka_options=KAFKA) as client:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **KAFKA)
         await producer.start()
         try:
 
@@ -193,6 +197,8 @@ def test_readme_steps_then_down_and_up_keeps_everything(tmp_path: Path) -> None:
         # The README's clients, with only the run dir: they find the stack's address.
         found = clean_env(run_dir)
         assert Settings.from_env(found).broker == address
+        KAFKA.update(Settings.from_env(found).for_role("admin").kafka_options)
+        assert KAFKA["security_protocol"] == "SASL_PLAINTEXT"  # every principal signs in
         fleet = subprocess.Popen(
             [sys.executable, "-m", "services.devices", "--speedup", "12", "--rate", "1.5"],
             env=found,
@@ -222,7 +228,7 @@ def test_readme_steps_then_down_and_up_keeps_everything(tmp_path: Path) -> None:
         probe_job = f"durable-job-{uuid.uuid4().hex[:6]}"
 
         async def before() -> dict[int, int]:
-            producer = AIOKafkaProducer(bootstrap_servers=address, acks="all")
+            producer = AIOKafkaProducer(bootstrap_servers=address, acks="all", **KAFKA)
             await producer.start()
             try:
                 for i in range(20):

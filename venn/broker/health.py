@@ -16,8 +16,10 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from venn.broker.process import metadata_brokers, split_address
+from venn.broker.security import Credentials, librdkafka_options
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class BrokerWatch:
     bootstrap: str
+    credentials: Credentials | None = None
+    """A SASL listener refuses a bare metadata request: then the probe signs in first."""
     interval_s: float = 1.0
     grace_s: float = 3.0
     """How long without any answer before the broker counts as unavailable."""
@@ -33,6 +37,7 @@ class BrokerWatch:
     failures: int = 0
     _reported: bool = True
     _task: asyncio.Task[None] | None = None
+    _admin: Any = None
 
     @property
     def available(self) -> bool:
@@ -48,6 +53,8 @@ class BrokerWatch:
 
     def probe(self) -> bool:
         """One check: any bootstrap server answers metadata (blocking; short timeouts)."""
+        if self.credentials is not None:
+            return self._probe_signed_in()
         for address in self.bootstrap.split(","):
             try:
                 host, port = split_address(address.strip())
@@ -56,6 +63,23 @@ class BrokerWatch:
             if metadata_brokers(host, port, timeout=min(1.0, self.interval_s)) is not None:
                 return True
         return False
+
+    def _probe_signed_in(self) -> bool:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "log_level": 0,  # its own reconnect noise; the watch reports the state
+                    **librdkafka_options(self.credentials),
+                }
+            )
+        try:
+            return bool(self._admin.list_topics(timeout=min(2.0, self.interval_s * 2)).brokers)
+        except KafkaException:
+            return False
 
     async def check(self) -> bool:
         ok = await asyncio.to_thread(self.probe)

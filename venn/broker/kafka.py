@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -170,17 +171,48 @@ class NodePorts:
     controller_port: int
 
 
+def security_properties(admin_password: str) -> dict[str, object]:
+    """SCRAM-SHA-256 on the client listener (users in the cluster metadata, created at
+    format), PLAIN between controllers (SCRAM needs the metadata the quorum serves), the
+    standard authorizer with no access without an ACL, and admin as the only super user."""
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required"
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+    admin = f'username="admin" password="{admin_password}"'
+    return {
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": f"{scram} {admin};",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": (
+            f'{plain} {admin} user_admin="{admin_password}";'
+        ),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+
+
 def node_properties(
-    node: NodePorts, voters: list[NodePorts], host: str, log_dir: Path, replication: int
+    node: NodePorts,
+    voters: list[NodePorts],
+    host: str,
+    log_dir: Path,
+    replication: int,
+    admin_password: str | None = None,
 ) -> str:
-    """server.properties of one combined broker+controller node."""
+    """server.properties of one combined broker+controller node (with SASL/SCRAM and ACLs
+    when ``admin_password`` is given)."""
     min_isr = 2 if replication >= 3 else 1
     quorum = ",".join(f"{v.node_id}@{host}:{v.controller_port}" for v in voters)
-    settings = {
+    client = "SASL_PLAINTEXT" if admin_password else "PLAINTEXT"
+    settings: dict[str, object] = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
-        "listeners": f"PLAINTEXT://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{node.port}",
+        "listeners": f"{client}://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
+        "advertised.listeners": f"{client}://{host}:{node.port}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
@@ -205,6 +237,8 @@ def node_properties(
         "log.cleaner.threads": 1,
         "log.cleaner.dedupe.buffer.size": 8 << 20,
     }
+    if admin_password:
+        settings.update(security_properties(admin_password))
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
@@ -227,7 +261,14 @@ class KafkaBroker:
         heap_mb: int | None = None,
         ready_timeout: float = 120.0,
         version: str | None = None,
+        users: Mapping[str, str] | None = None,
     ) -> None:
+        """``users`` (principal -> password, with "admin"): SASL/SCRAM and ACLs on; the users
+        are created when the storage is formatted (a cluster keeps the users it was made
+        with)."""
+        if users is not None and "admin" not in users:
+            raise ValueError("a secured cluster needs an admin user")
+        self.users = dict(users) if users else None
         if nodes not in (1, 3):
             raise ValueError("a local Kafka runs 1 or 3 nodes")
         self.data_dir = Path(data_dir).resolve()
@@ -297,6 +338,13 @@ class KafkaBroker:
 
     def _write_config(self, java: str, libs: Path) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        record = self.data_dir / CLUSTER_FILE
+        if record.exists() and json.loads(record.read_text()).get("secured", False) != bool(
+            self.users
+        ):
+            # Its users live in its storage: it runs secured or plain as it was made.
+            made = "with" if json.loads(record.read_text()).get("secured") else "without"
+            raise KafkaError(f"{self.data_dir} was made {made} SASL users; start it the same way")
         cluster_id = self._cluster_id()
         for node in self.ports:
             home = self.node_dir(node.node_id)
@@ -304,14 +352,17 @@ class KafkaBroker:
             (home / "log4j2.properties").write_text(LOG4J2)
             props = home / "server.properties"
             log_dir = home / "data"
+            admin = self.users["admin"] if self.users else None
             props.write_text(
-                node_properties(node, self.ports, self.host, log_dir, replication=self.nodes)
+                node_properties(node, self.ports, self.host, log_dir, self.nodes, admin)
             )
             if not (log_dir / "meta.properties").exists():
                 command = [
                     java, "-cp", f"{libs}/*", "kafka.tools.StorageTool",
                     "format", "-t", cluster_id, "-c", str(props),
                 ]  # fmt: skip
+                for user, password in (self.users or {}).items():
+                    command += ["--add-scram", f"SCRAM-SHA-256=[name={user},password={password}]"]
                 done = subprocess.run(command, capture_output=True, text=True, check=False)
                 if done.returncode != 0:
                     raise KafkaError(f"formatting {log_dir} failed:\n{done.stdout}{done.stderr}")
@@ -321,6 +372,7 @@ class KafkaBroker:
                     "cluster_id": cluster_id,
                     "version": self.version,
                     "nodes": [asdict(n) for n in self.ports],
+                    "secured": self.users is not None,
                 },
                 indent=1,
             )
@@ -376,7 +428,7 @@ class KafkaBroker:
                         f"Kafka node {node_id} exited with {proc.returncode}; see "
                         f"{self.log_path(node_id)}:\n{_tail(self.log_path(node_id))}"
                     )
-                if (metadata_brokers(self.host, node.port, 1.0) or 0) >= self.live_nodes():
+                if self._brokers_seen(node.port) >= self.live_nodes():
                     del pending[node_id]
             if not pending:
                 return
@@ -385,6 +437,27 @@ class KafkaBroker:
                     f"Kafka nodes {sorted(pending)} did not answer in time; see {self.data_dir}"
                 )
             time.sleep(0.2)
+
+    def _brokers_seen(self, port: int) -> int:
+        """How many brokers the node at ``port`` reports (0: it does not answer yet)."""
+        if self.users is None:
+            return metadata_brokers(self.host, port, 1.0) or 0
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        from venn.broker.security import Credentials, librdkafka_options
+
+        client = AdminClient(
+            {
+                "bootstrap.servers": f"{self.host}:{port}",
+                "log_level": 0,  # a node that is still starting refuses: expected
+                **librdkafka_options(Credentials("admin", self.users["admin"])),
+            }
+        )
+        try:
+            return len(client.list_topics(timeout=1.0).brokers)
+        except KafkaException:
+            return 0
 
     def live_nodes(self) -> int:
         return sum(p.poll() is None for p in self._procs.values())

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, Self
@@ -52,15 +53,19 @@ def resolve_kind(kind: str) -> str:
 
 
 def local_broker(
-    kind: str, run_dir: str | Path, address: str | None = None, nodes: int = 1
+    kind: str,
+    run_dir: str | Path,
+    address: str | None = None,
+    nodes: int = 1,
+    users: Mapping[str, str] | None = None,
 ) -> LocalBroker:
     """A broker of ``kind`` (kafka or tansu) keeping its files in ``run_dir``, listening on
     ``address`` (host:port of its first node; None = a free loopback port); Apache Kafka
-    with ``nodes`` nodes (1 or 3)."""
+    with ``nodes`` nodes (1 or 3), and SASL/SCRAM for ``users`` (principal -> password)."""
     run = Path(run_dir)
     host, port = split_address(address.split(",")[0]) if address else ("127.0.0.1", None)
     if kind == "kafka":
-        return kafka.KafkaBroker(run / KAFKA_DIR, nodes=nodes, host=host, port=port)
+        return kafka.KafkaBroker(run / KAFKA_DIR, nodes=nodes, host=host, port=port, users=users)
     if kind == "tansu":
         return TansuBroker(port=port, host=host, log_path=run / TANSU_LOG)
     raise ValueError(f"no local broker of kind {kind!r}")
@@ -98,7 +103,11 @@ def read_detached(run_dir: str | Path) -> BrokerRecord | None:
 
 
 def start_detached(
-    run_dir: str | Path, kind: str, address: str | None = None, nodes: int = 1
+    run_dir: str | Path,
+    kind: str,
+    address: str | None = None,
+    nodes: int = 1,
+    users: Mapping[str, str] | None = None,
 ) -> BrokerRecord:
     """Start a broker of ``kind`` that outlives this process (or reuse the live one of
     ``run_dir``); record its pids in ``run_dir``."""
@@ -107,7 +116,7 @@ def start_detached(
     existing = read_detached(run)
     if existing is not None:
         return existing
-    broker = local_broker(kind, run, address, nodes).start(detached=True)
+    broker = local_broker(kind, run, address, nodes, users).start(detached=True)
     record = BrokerRecord(broker.kind, broker.version, broker.bootstrap, broker.pids())
     write_record(run, record)
     broker.detach()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
@@ -101,6 +102,7 @@ async def ensure_topics(
     names: Iterable[str] = ALL_TOPICS,
     timeout: float = 30.0,
     replication: int = 0,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, int]:
     """Create `names` + `extra` (e.g. Faust changelogs) with `partitions` each; idempotent.
 
@@ -110,7 +112,9 @@ async def ensure_topics(
     Returns {topic: partitions} for the requested topics.
     """
     wanted = list(dict.fromkeys([*names, *extra]))
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="venn-admin")
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="venn-admin", **dict(options or {})
+    )
     await admin.start()
     try:
         existing = await topic_partitions(admin)
@@ -156,13 +160,20 @@ async def ensure_topics(
     return result
 
 
-async def delete_topics(bootstrap: str, names: Iterable[str], timeout: float = 30.0) -> list[str]:
+async def delete_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    timeout: float = 30.0,
+    options: Mapping[str, Any] | None = None,
+) -> list[str]:
     """Delete topics (missing ones are ignored) and wait until the metadata no longer lists
     them (Apache Kafka deletes asynchronously). Returns the names actually deleted."""
     names = list(names)
     if not names:
         return []
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="venn-admin")
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="venn-admin", **dict(options or {})
+    )
     await admin.start()
     try:
         response = await admin.delete_topics(names)

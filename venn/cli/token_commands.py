@@ -86,10 +86,13 @@ def revoke(
         reason=ev.clean_text(reason),
     )
 
-    broker = Settings.from_env().broker
+    admin = Settings.from_env().for_role("admin")
+    broker = admin.broker
 
     async def publish() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", request_timeout_ms=10_000)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=broker, acks="all", request_timeout_ms=10_000, **admin.kafka_options
+        )
         await producer.start()
         try:
             await asyncio.wait_for(

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -80,11 +80,13 @@ class VennClient:
         client_id: str = "venn-sdk",
         max_event_bytes: int = events.DEFAULT_MAX_BYTES,
         token: str | None = None,
+        kafka_options: Mapping[str, Any] | None = None,
     ) -> None:
         """``token``: the owner's API token, sent with every job and round event (needed
         when the deployment authenticates: `venn token job --jobs ID`)."""
         self.bootstrap = bootstrap
         self.token = token
+        self.kafka_options = dict(kafka_options or {})
         self.client_id = client_id
         self.max_event_bytes = max_event_bytes
         self.stats = ClientStats()
@@ -97,7 +99,11 @@ class VennClient:
 
     async def start(self) -> Self:
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, client_id=self.client_id, acks="all", linger_ms=2
+            bootstrap_servers=self.bootstrap,
+            client_id=self.client_id,
+            acks="all",
+            linger_ms=2,
+            **self.kafka_options,
         )
         await producer.start()
         self._producer = producer
@@ -108,6 +114,7 @@ class VennClient:
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            **self.kafka_options,
         )
         await consumer.start()
         self._consumer = consumer

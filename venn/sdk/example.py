@@ -17,9 +17,12 @@ from venn.settings import Settings
 
 async def main(bootstrap: str) -> None:
     demand, rounds = 5, 1
-    # VENN_JOB_TOKEN, or one minted with the stack's secret when run beside `venn up`.
-    token = job_token(Settings.from_env(), ["example-job"], owner="example")
-    async with VennClient(bootstrap, token=token) as venn:
+    # Beside `venn up`: the stack's coordinator credentials and a token minted with its
+    # secret; elsewhere VENN_KAFKA_USER/VENN_KAFKA_PASSWORD and VENN_JOB_TOKEN.
+    settings = Settings.from_env().for_role("coordinator")
+    token = job_token(settings, ["example-job"], owner="example")
+    options = settings.kafka_options
+    async with VennClient(bootstrap, token=token, kafka_options=options) as venn:
         arrival = time.time()
         await venn.register_job("example-job", {"cpu_f": 1}, demand, rounds, deadline_s=300)
         await venn.request_round("example-job", 0, demand)

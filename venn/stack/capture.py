@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -16,14 +17,17 @@ trusted on Tansu, see kafka-notes)."""
 
 
 async def read_topics(
-    bootstrap: str, names: Iterable[str], timeout: float = 60.0
+    bootstrap: str,
+    names: Iterable[str],
+    timeout: float = 60.0,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, list[Event]]:
     """Every valid event on ``names``, per topic, in partition order (partitions in turn);
     batches are read as their items."""
     names = list(names)
     if not names:
         return {}
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **dict(options or {}))
     await producer.start()
     try:
         parts = [
@@ -34,7 +38,10 @@ async def read_topics(
     finally:
         await producer.stop()
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        **dict(options or {}),
     )
     await consumer.start()
     out: dict[str, list[Event]] = {name: [] for name in names}

@@ -25,12 +25,13 @@ from venn.audit.db import make_engine
 from venn.audit.embedded import EmbeddedPostgres, server_version
 from venn.audit.migrate import upgrade_database
 from venn.audit.models import JobAudit, RoundAudit
+from venn.broker import security
 from venn.broker.local import describe, local_broker, resolve_kind
 from venn.core.model import JobSpec
 from venn.data import DATA_DIR
 from venn.events import Event
 from venn.sdk.clock import TraceClock
-from venn.settings import Settings, run_dir_secret
+from venn.settings import Settings, run_dir_kafka_users, run_dir_secret
 from venn.stack.capture import read_topics
 from venn.stack.local import POSTGRES_DIR, prepare_topics, service_env, wait_scheduler_ready
 from venn.stack.processes import (
@@ -184,7 +185,9 @@ async def run_demo(
     kind = resolve_kind(config.broker_kind)
     if kind == "external":
         raise ValueError("a demo starts its own broker: VENN_BROKER_KIND kafka, tansu or auto")
-    broker = local_broker(kind, run)
+    # Apache Kafka signs every service in as its own principal, as under `venn up`.
+    users = run_dir_kafka_users(run, security.PRINCIPALS, create=True) if kind == "kafka" else {}
+    broker = local_broker(kind, run, users=users or None)
     database = None if config.database_url else EmbeddedPostgres(run / POSTGRES_DIR)
     try:
         handles.phase = f"starting {kind}"
@@ -206,10 +209,16 @@ async def run_demo(
             speedup=config.speedup,
             auth_secret=run_dir_secret(run, create=True),
         )
+        if users:
+            admin_creds = security.Credentials(security.ADMIN, users[security.ADMIN])
+            await asyncio.to_thread(
+                security.apply_acls, broker.bootstrap, admin_creds, settings.app_id,
+                settings.recorder_group,
+            )  # fmt: skip
         await prepare_topics(settings)
         await asyncio.to_thread(upgrade_database, db_url)
-        env = service_env(settings, config.policy, config.trace_seed)
         for spec in default_services_for_demo():
+            env = service_env(settings.for_role(spec.name), config.policy, config.trace_seed)
             start_service(run, spec, env, detached=False)
         if not await wait_scheduler_ready(settings):
             raise RuntimeError("scheduler not ready:\n" + log_tail(run, "scheduler"))
@@ -227,13 +236,25 @@ async def run_demo(
         source = synthetic_source(config.rate_per_s, config.num_devices, config.trace_seed)
         stop_fleet, stop_jobs = asyncio.Event(), asyncio.Event()
         fleet_task = asyncio.create_task(
-            run_devices(settings, source, config.speedup, stop_fleet, clock=clock, stats=fleet)
+            run_devices(
+                settings.for_role("devices"),
+                source,
+                config.speedup,
+                stop_fleet,
+                clock=clock,
+                stats=fleet,
+            )
         )
         loop = asyncio.get_running_loop()
         timer = loop.call_later(config.timeout_s, stop_jobs.set)
         try:
             outcomes = await run_coordinator(
-                settings, jobs, config.speedup, stop_jobs, progress, clock=clock
+                settings.for_role("coordinator"),
+                jobs,
+                config.speedup,
+                stop_jobs,
+                progress,
+                clock=clock,
             )
         finally:
             timer.cancel()
@@ -244,7 +265,10 @@ async def run_demo(
         closed = sum(o.attempts for o in outcomes.values())
         finished = sum(o.finished for o in outcomes.values())
         audit_rounds, audit_finished = await _wait_recorded(db_url, closed, finished, 20.0)
-        captured = await read_topics(settings.broker, config.capture_topics)
+        admin = settings.for_role(security.ADMIN)
+        captured = await read_topics(
+            settings.broker, config.capture_topics, options=admin.kafka_options
+        )
         return DemoResult(
             policy=config.policy,
             speedup=config.speedup,

@@ -17,10 +17,23 @@ from sqlalchemy.engine import make_url
 
 from venn.audit.embedded import EmbeddedPostgres, server_version
 from venn.audit.migrate import upgrade_database
-from venn.broker.local import read_detached, resolve_kind, start_detached, stop_detached
+from venn.broker import security
+from venn.broker.local import (
+    KAFKA_DIR,
+    read_detached,
+    resolve_kind,
+    start_detached,
+    stop_detached,
+)
 from venn.broker.process import port_free, split_address
 from venn.broker.topics import ensure_topics
-from venn.settings import STACK_FIELDS, STACK_FILE, Settings, run_dir_secret
+from venn.settings import (
+    STACK_FIELDS,
+    STACK_FILE,
+    Settings,
+    run_dir_kafka_users,
+    run_dir_secret,
+)
 from venn.stack.processes import (
     ServiceSpec,
     recorder_spec,
@@ -56,8 +69,13 @@ def scheduler_topics(settings: Settings) -> list[str]:
 
 
 async def prepare_topics(settings: Settings) -> dict[str, int]:
+    """Every topic, scheduler changelogs included (as the admin principal when secured)."""
+    admin = settings.for_role(security.ADMIN)
     return await ensure_topics(
-        settings.broker, settings.topic_partitions, extra=scheduler_topics(settings)
+        admin.broker,
+        admin.topic_partitions,
+        extra=scheduler_topics(admin),
+        options=admin.kafka_options,
     )
 
 
@@ -83,7 +101,10 @@ def default_services() -> list[ServiceSpec]:
 async def wait_scheduler_ready(settings: Settings, timeout: float = 90.0) -> bool:
     """Wait until the scheduler's consumer group is stable (its agents are reading)."""
     deadline = time.monotonic() + timeout
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.broker, client_id="venn-stack")
+    options = settings.for_role(security.ADMIN).kafka_options
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.broker, client_id="venn-stack", **options
+    )
     await admin.start()
     try:
         while time.monotonic() < deadline:
@@ -115,13 +136,26 @@ def start_broker(settings: Settings) -> tuple[Settings, str]:
                 f"{settings.broker} is in use (another broker?): set VENN_BROKER to a free "
                 "host:port, or VENN_BROKER_KIND=external to use the broker listening there"
             )
+    users = kafka_users(settings) if kind == "kafka" else {}
     record = existing or start_detached(
-        settings.run_path, kind, settings.broker, settings.kafka_nodes
+        settings.run_path, kind, settings.broker, settings.kafka_nodes, users or None
     )
+    if users:
+        admin = security.Credentials(security.ADMIN, users[security.ADMIN])
+        security.apply_acls(record.bootstrap, admin, settings.app_id, settings.recorder_group)
     return (
         dataclasses.replace(settings, broker=record.bootstrap, broker_kind=record.kind),
         record.describe(),
     )
+
+
+def kafka_users(settings: Settings) -> dict[str, str]:
+    """The SASL/SCRAM users of the run dir's Kafka: made with its storage, one per principal
+    (none for a Kafka formatted before the run dir had users: it stays plaintext)."""
+    run = settings.run_path
+    if (run / KAFKA_DIR / "cluster.json").exists():
+        return run_dir_kafka_users(run)
+    return run_dir_kafka_users(run, security.PRINCIPALS, create=True)
 
 
 def start_database(settings: Settings) -> tuple[Settings, str]:
@@ -146,10 +180,10 @@ def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = Tru
     settings = dataclasses.replace(settings, auth_secret=secret)
     prepare(settings)
     alive = running_services(run)
-    env = service_env(settings, policy, seed)
     for spec in default_services():
         if spec.name not in alive:
-            start_service(run, spec, env)
+            # Each service signs in to Kafka as itself (venn.broker.security.access).
+            start_service(run, spec, service_env(settings.for_role(spec.name), policy, seed))
     if wait and not asyncio.run(wait_scheduler_ready(settings)):
         raise RuntimeError(f"the scheduler did not become ready; see {run / 'scheduler.log'}")
     info = StackInfo(
