@@ -82,6 +82,9 @@ class JobRegistered(Event, tag="job_registered", frozen=True):
     rounds: Rounds
     deadline_s: PosDuration
     workload_s: Duration
+    submit_token: Id | None = None
+    """Chosen by the client once per submission: a retried registration with the same token
+    is a no-op; another registration of the job id (another token) is refused."""
     token: Token | None = None
     """The job owner's API token (required when the deployment authenticates)."""
 
@@ -99,6 +102,25 @@ class JobCancelled(Event, tag="job_cancelled", frozen=True):
     reason: Text
     token: Token | None = None
     """The job owner's API token (required when the deployment authenticates)."""
+
+
+class JobHeartbeat(Event, tag="job_heartbeat", frozen=True):
+    """The job's coordinator is alive. A job silent for longer than the scheduler's
+    VENN_JOB_TIMEOUT_S is expired and its demand released. Topic venn.jobs, key job_id."""
+
+    job_id: Id
+    token: Token | None = None
+    """The job owner's API token (required when the deployment authenticates)."""
+
+
+class JobExpired(Event, tag="job_expired", frozen=True):
+    """The scheduler dropped a job whose coordinator fell silent. Topic venn.jobs."""
+
+    job_id: Id
+    last_seen: Timestamp
+    reason: Text
+    token: Token | None = None
+    """An operator's (admin) token: the scheduler signs what it decides on its own."""
 
 
 class Assignment(Event, tag="assignment", frozen=True):
@@ -237,6 +259,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobFinished,
     DeadLetter,
     TokenRevoked,
+    JobHeartbeat,
+    JobExpired,
 )
 
 AnyEvent = (
@@ -253,11 +277,13 @@ AnyEvent = (
     | JobFinished
     | DeadLetter
     | TokenRevoked
+    | JobHeartbeat
+    | JobExpired
 )
 
 ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
     topics.CHECKINS: (DeviceCheckin, CheckinBatch),
-    topics.JOBS: (JobRegistered, RoundRequested, JobCancelled),
+    topics.JOBS: (JobRegistered, RoundRequested, JobCancelled, JobHeartbeat, JobExpired),
     topics.ASSIGNMENTS: (Assignment, AssignmentBatch),
     topics.RESULTS: (DeviceResult,),
     topics.ROUNDS: (RoundClosed, JobFinished),

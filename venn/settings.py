@@ -126,6 +126,15 @@ class Settings:
         "A check-in older than this when the scheduler reads it is dropped, not assigned (its "
         "device was answered long ago: after a restart or an offset reset).",
     )
+    job_timeout_s: float = _env(
+        "VENN_JOB_TIMEOUT_S",
+        600.0,
+        "A job whose coordinator sends nothing (not even a heartbeat) for this long is expired "
+        "by the scheduler and its demand released; 0: never.",
+    )
+    job_heartbeat_s: float = _env(
+        "VENN_JOB_HEARTBEAT_S", 30.0, "How often the SDK tells Venn that a job's coordinator lives."
+    )
     dedupe_window: int = _env(
         "VENN_DEDUPE_WINDOW", 100000, "Recent event ids a scheduler worker remembers for dedupe."
     )

@@ -138,6 +138,7 @@ class JobCoordinator:
         if life is not None and life.registered is not None:
             self.outcome.arrival = self.clock.trace_at(life.registered.time)
             client.subscribe(spec.job_id)
+            client.keep_alive(spec.job_id)
         else:
             while not stop.is_set() and self.clock.now() < spec.arrival:
                 left = self.clock.wall_seconds(spec.arrival - self.clock.now())
@@ -273,7 +274,11 @@ async def run_coordinator(
     token = job_token(settings, [spec.job_id for spec in jobs], owner="coordinator")
     options = settings.kafka_options
     async with VennClient(
-        settings.broker, client_id="venn-coordinator", token=token, kafka_options=options
+        settings.broker,
+        client_id="venn-coordinator",
+        token=token,
+        kafka_options=options,
+        heartbeat_s=settings.job_heartbeat_s,
     ) as client:
         # After the client listens: whatever the log gets from now on reaches the client.
         positions = await read_positions(settings.broker, [spec.job_id for spec in jobs], options)

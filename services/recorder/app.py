@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from venn.audit import job_rows_from_events, make_engine, record_jobs, record_rounds, round_row
-from venn.audit.writes import conflicting_closes
+from venn.audit.writes import conflicting_closes, history_row, record_history
 from venn.auth import AuthError, Tokens, check_job_event
 from venn.auth.revocations import follow_revocations
 from venn.broker import topics
@@ -36,9 +36,11 @@ from venn.events import (
     Event,
     InvalidEvent,
     JobCancelled,
+    JobExpired,
     JobFinished,
     JobRegistered,
     RoundClosed,
+    RoundRequested,
     dead_letter_for,
     decode,
     encode,
@@ -47,7 +49,7 @@ from venn.settings import Settings
 
 log = logging.getLogger("venn.recorder")
 
-AUDITED = (RoundClosed, JobRegistered, JobFinished, JobCancelled)
+AUDITED = (RoundClosed, RoundRequested, JobRegistered, JobFinished, JobCancelled, JobExpired)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +138,12 @@ class _Written:
 def _write(engine: Engine, events: Sequence[Event]) -> _Written:
     rounds = [round_row(e) for e in events if isinstance(e, RoundClosed)]
     jobs = job_rows_from_events(events)
+    history = [row for row in map(history_row, events) if row is not None]
     with engine.begin() as conn:
         added = record_rounds(conn, rounds)
         conflicts = conflicting_closes(conn, rounds) if len(rounds) > added else {}
+        # A conflicting second close is no part of the job's history (it is dead-lettered).
+        record_history(conn, [r for r in history if r["event_id"] not in conflicts])
         return _Written(added, record_jobs(conn, jobs), conflicts)
 
 

@@ -277,6 +277,29 @@ def create_app(
         quiet_logs()
         watch.start()
 
+    @app.timer(interval=max(1.0, min(30.0, config.job_timeout_s / 4 or 30.0)))
+    async def _expire_silent_jobs() -> None:
+        if not state.loaded or config.job_timeout_s <= 0:
+            return
+        now = time.time()
+        for job_id, seen in state.silent_jobs(now):
+            token = (
+                config.tokens.issue("admin", "scheduler", ttl_s=600)
+                if config.tokens is not None
+                else None
+            )
+            expired = ev.JobExpired(
+                event_id=f"expired:{job_id}:{int(seen)}",
+                time=now,
+                job_id=job_id,
+                last_seen=seen,
+                reason=f"silent for {now - seen:.0f} s (timeout {config.job_timeout_s:g} s)",
+                token=token,
+            )
+            log.warning("expiring job %s: %s", job_id, expired.reason)
+            metrics.EXPIRED.inc()
+            send(topics.JOBS, ev.key_of(expired), ev.encode(expired))
+
     @app.task
     async def _revocations() -> None:
         if config.tokens is not None:

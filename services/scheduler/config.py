@@ -22,6 +22,7 @@ class SchedulerConfig:
     task_url_base: str = DEFAULT_TASK_URL_BASE
     dedupe_window: int = 100_000
     checkin_max_age_s: float = 10.0
+    job_timeout_s: float = 600.0
     tokens: Tokens | None = None
     """Checks the job owners' tokens on job and round events (None: no authentication)."""
 
@@ -40,6 +41,7 @@ class SchedulerConfig:
             task_url_base=s.task_url_base.rstrip("/"),
             dedupe_window=s.dedupe_window,
             checkin_max_age_s=s.checkin_max_age_s,
+            job_timeout_s=s.job_timeout_s,
             tokens=Tokens(s.auth_secret) if s.auth_enabled else None,
         )
 

@@ -20,3 +20,4 @@ STALE_CHECKINS = Counter(
     "venn_scheduler_stale_checkins",
     "Check-ins dropped as too old to act on (VENN_CHECKIN_MAX_AGE_S)",
 )
+EXPIRED = Counter("venn_scheduler_expired_jobs", "Jobs expired after their coordinator fell silent")

@@ -105,6 +105,12 @@ class SchedulerState:
         """job_id -> what the ``round`` table holds of its open round."""
         self.decided: set[str] = set()  # assignment ids this core instance decided itself
         self.stale_checkins = 0
+        self.held_since: dict[str, float] = {}
+        """Device -> when it took the assignment it holds (this worker's clock)."""
+        self.overdue_released = 0
+        self.last_seen: dict[str, float] = {}
+        """Live job -> when its coordinator last said anything (this worker's clock)."""
+        self.expiring: set[str] = set()
         self.loaded = False
 
     def _new_core(self) -> Scheduler:
@@ -124,6 +130,8 @@ class SchedulerState:
         self.rows.clear()
         self.ledgers.clear()
         self.decided.clear()
+        self.last_seen.clear()
+        self.expiring.clear()
         # The memory store keeps rows of revoked partitions: take only the owned ones.
         for job_id, row in list(self.jobs.items()):
             if owned is not None and row.get("partition") not in owned:
@@ -138,6 +146,7 @@ class SchedulerState:
                 log.exception("cannot restore job %r from its row; skipped", job_id)
                 continue
             self.rows[job_id] = row
+            self.last_seen[job_id] = now  # silence is counted from the rebuild
         rows = [
             (str(key), row)
             for key, row in list(self.rounds_table.items())
@@ -227,7 +236,22 @@ class SchedulerState:
 
     def on_job_event(self, event: ev.Event, partition: int, now: float) -> None:
         self._authorize(event)
+        self._heard_of(event, now)
+        if isinstance(event, ev.JobHeartbeat):
+            self._known(event.job_id)
+            return
+        if isinstance(event, ev.JobExpired):
+            if self._known(event.job_id):
+                self._remove(event.job_id, partition)
+            return
         if isinstance(event, ev.JobRegistered):
+            known = self.rows.get(event.job_id)
+            if known is not None:
+                first = known.get("submit_token")
+                if event.submit_token and first and event.submit_token != first:
+                    # A second submission under a taken id, not a retry of the first.
+                    raise Rejected(f"job id {event.job_id!r} is already registered")
+                return
             if event.job_id in self.removed:
                 return
             spec = JobSpec(
@@ -240,7 +264,7 @@ class SchedulerState:
                 workload_s=event.workload_s,
             )
             if self.core.add_job(spec, now):
-                self._save(event.job_id, partition)
+                self._save(event.job_id, partition, submit_token=event.submit_token)
         elif isinstance(event, ev.RoundRequested):
             if not self._known(event.job_id):
                 return
@@ -250,7 +274,29 @@ class SchedulerState:
         elif isinstance(event, ev.JobCancelled) and self._known(event.job_id):
             self._remove(event.job_id, partition)
 
+    def _heard_of(self, event: ev.Event, now: float) -> None:
+        job_id = getattr(event, "job_id", None)
+        if isinstance(job_id, str) and not isinstance(event, ev.JobExpired):
+            self.last_seen[job_id] = now
+
+    def silent_jobs(self, now: float) -> list[tuple[str, float]]:
+        """Live jobs of this worker silent for longer than the timeout, each reported once:
+        (job id, last seen). The caller publishes their JobExpired on venn.jobs, so that the
+        removal is applied (and its table rows written) on the job's own partition."""
+        timeout = self.config.job_timeout_s
+        if timeout <= 0:
+            return []
+        found = [
+            (job_id, seen)
+            for job_id, seen in self.last_seen.items()
+            if now - seen > timeout and job_id in self.core.jobs and job_id not in self.expiring
+        ]
+        self.expiring.update(job_id for job_id, _ in found)
+        return found
+
     def _remove(self, job_id: str, partition: int) -> None:
+        self.last_seen.pop(job_id, None)
+        self.expiring.discard(job_id)
         self.core.remove_job(job_id)
         self.removed.add(job_id)
         self._end_round_rows(job_id)
@@ -259,6 +305,7 @@ class SchedulerState:
     # -- venn.rounds -------------------------------------------------------------------
     def on_round_event(self, event: ev.Event, partition: int, now: float) -> None:
         self._authorize(event)
+        self._heard_of(event, now)
         if isinstance(event, ev.RoundClosed):
             if not self._known(event.job_id):
                 return
@@ -288,6 +335,7 @@ class SchedulerState:
         if self.core.active_devices.get(event.device_id) != holder:
             return  # late or duplicate: the device no longer holds this assignment
         self.core.release_device(event.device_id)
+        self.held_since.pop(event.device_id, None)
         ledger = self.ledgers.get(event.job_id)
         if ledger is None or ledger.round_index != event.round_index:
             return  # released before it was read back: no tier, nothing to record
@@ -312,6 +360,7 @@ class SchedulerState:
             # answered retry_after long ago and may be gone; it must not take a slot.
             self.stale_checkins += 1
             return None
+        self._release_if_overdue(event.device_id, now)
         slot = self.core.slot_of(event.attrs)
         tier = self.core.tier_of(speed_proxy(event.speed_ms_per_sample, event.bandwidth_kbps))
         decision = self.core.checkin(
@@ -322,6 +371,7 @@ class SchedulerState:
         # Stable across a replay that decides the same, distinct otherwise.
         event_id = f"asg:{event.event_id}:{decision.job_id}:{decision.round_index}"
         self.decided.add(event_id)
+        self.held_since[event.device_id] = now
         return ev.Assignment(
             event_id=event_id,
             time=now,
@@ -332,6 +382,19 @@ class SchedulerState:
             speed_ms_per_sample=event.speed_ms_per_sample,
             bandwidth_kbps=event.bandwidth_kbps,
         )
+
+    def _release_if_overdue(self, device_id: str, now: float) -> None:
+        """A device still holding an assignment past its job's round deadline took the task
+        and vanished (or gave up): it no longer holds it, and may be assigned again."""
+        holder = self.core.active_devices.get(device_id)
+        if holder is None:
+            return
+        js = self.core.jobs.get(holder[0])
+        since = self.held_since.setdefault(device_id, now)
+        if js is None or now - since > js.spec.deadline:
+            self.core.release_device(device_id)
+            self.held_since.pop(device_id, None)
+            self.overdue_released += 1
 
     def on_checkin_batch(self, batch: ev.CheckinBatch, now: float) -> list[ev.Event]:
         """Decide every check-in of a batch: one AssignmentBatch per job that got devices,
@@ -385,6 +448,7 @@ class SchedulerState:
             if a.event_id in self.decided:
                 self.decided.discard(a.event_id)
             elif self.core.adopt(a.job_id, a.round_index, a.device_id, now):
+                self.held_since[a.device_id] = now
                 adopted += 1
             # Released before it was read back, or refused on adoption (over demand): kept
             # as inactive so that a replay of it is not accounted again.

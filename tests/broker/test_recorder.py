@@ -191,7 +191,7 @@ async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals
         assert first.invalid == len(bad)  # the scheduler owns these inputs' dead letters
         assert first.dead_letters == 2  # the refused one and the conflicting close
         assert first.rounds_added == 4  # job r0, r1, r2 and other r0
-        assert first.ignored == 1  # round_requested is not audited
+        assert first.ignored == 0  # round_requested is in the job history now
 
         with engine.connect() as conn:
             rounds = conn.execute(

@@ -27,7 +27,9 @@ from venn.events import (
     Event,
     InvalidEvent,
     JobCancelled,
+    JobExpired,
     JobFinished,
+    JobHeartbeat,
     JobRegistered,
     RoundClosed,
     RoundRequested,
@@ -115,6 +117,10 @@ SAMPLES[AssignmentBatch] = AssignmentBatch(
 )
 SAMPLES[TokenRevoked] = TokenRevoked(
     event_id="rev1", time=7.0, token_id="0f" * 16, expires_at=1e9, reason="device lost"
+)
+SAMPLES[JobHeartbeat] = JobHeartbeat(event_id="hb1", time=8.0, job_id="j1")
+SAMPLES[JobExpired] = JobExpired(
+    event_id="exp1", time=9.0, job_id="j1", last_seen=1.0, reason="silent"
 )
 SAMPLES[CheckinsDeclined] = CheckinsDeclined(
     event_id="dec1", time=2.2, reply_to="gw-1", checkin_ids=["c1"]

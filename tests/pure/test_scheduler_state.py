@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+import pytest
+
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.state import SchedulerState
+from services.scheduler.state import Rejected, SchedulerState
 from venn import events as ev
 from venn.settings import Settings
 
@@ -112,3 +115,63 @@ def test_tables_rebuild_demand_busy_devices_and_results() -> None:
     )
     assert rounds == {}
     assert jobs["j"]["core"]["rounds_done"] == 1
+
+
+def registered(job: str, submit_token: str | None = None, deadline: float = 60) -> ev.JobRegistered:
+    return ev.JobRegistered(
+        event_id=f"reg-{job}-{submit_token}", time=NOW, job_id=job, requirement={"ram": 4.0},
+        demand=5, rounds=2, deadline_s=deadline, workload_s=5, submit_token=submit_token,
+    )  # fmt: skip
+
+
+def config(**changes: Any) -> SchedulerConfig:
+    return SchedulerConfig(settings=Settings(), policy="fifo", **changes)
+
+
+def test_a_silent_job_is_reported_once_and_its_expiry_removes_it() -> None:
+    s = SchedulerState(config(job_timeout_s=100.0), {}, {})
+    s.ensure_loaded(NOW)
+    s.on_job_event(registered("j"), 0, NOW)
+    s.on_job_event(
+        ev.RoundRequested(event_id="rr", time=NOW, job_id="j", round_index=0, demand=5), 0, NOW
+    )
+    assert s.silent_jobs(NOW + 50) == []
+    s.on_job_event(ev.JobHeartbeat(event_id="hb", time=NOW + 80, job_id="j"), 0, NOW + 80)
+    assert s.silent_jobs(NOW + 150) == []
+    assert s.silent_jobs(NOW + 200) == [("j", NOW + 80)]
+    assert s.silent_jobs(NOW + 300) == []  # reported once; the expiry event follows
+    assert s.on_checkin(checkin("d0"), NOW) is not None  # the round still takes devices
+    expired = ev.JobExpired(
+        event_id="x", time=NOW + 200, job_id="j", last_seen=NOW + 80, reason="silent"
+    )
+    s.on_job_event(expired, 0, NOW + 200)
+    assert "j" not in s.core.jobs and "j" in s.removed and s.core.active_devices == {}
+    assert s.on_checkin(checkin("d1"), NOW + 200) is None  # its demand is released
+    late = ev.RoundRequested(event_id="rr1", time=NOW, job_id="j", round_index=1, demand=5)
+    s.on_job_event(late, 0, NOW + 210)  # nothing reopens an expired job
+    assert "j" not in s.core.jobs
+
+
+def test_a_retried_submission_is_a_no_op_and_a_second_one_is_refused() -> None:
+    s = SchedulerState(config(), {}, {})
+    s.ensure_loaded(NOW)
+    s.on_job_event(registered("j", "submit-1"), 0, NOW)
+    s.on_job_event(registered("j", "submit-1"), 0, NOW)  # the client's retry
+    with pytest.raises(Rejected, match="already registered"):
+        s.on_job_event(registered("j", "submit-2"), 0, NOW)
+    assert list(s.core.jobs) == ["j"]
+
+
+def test_a_device_holding_an_assignment_past_its_deadline_is_released() -> None:
+    s = SchedulerState(config(), {}, {})
+    s.ensure_loaded(NOW)
+    s.on_job_event(registered("j", deadline=60), 0, NOW)
+    s.on_job_event(
+        ev.RoundRequested(event_id="rr", time=NOW, job_id="j", round_index=0, demand=5), 0, NOW
+    )
+    assert s.on_checkin(checkin("d"), NOW) is not None
+    again = msgspec.structs.replace(checkin("d"), event_id="c-d-2", time=NOW + 30)
+    assert s.on_checkin(again, NOW + 30) is None  # still working on its task
+    later = msgspec.structs.replace(checkin("d"), event_id="c-d-3", time=NOW + 61)
+    assert s.on_checkin(later, NOW + 61) is not None  # it vanished with the task: released
+    assert s.overdue_released == 1

@@ -52,17 +52,23 @@ class JobAudit(Base):
     jct_s: Mapped[float | None] = mapped_column(Float)
     cancelled_at: Mapped[float | None] = mapped_column(Float)
     cancel_reason: Mapped[str | None] = mapped_column(Text)
+    expired_at: Mapped[float | None] = mapped_column(Float)
+    expire_reason: Mapped[str | None] = mapped_column(Text)
     recorded_at: Mapped[object] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), nullable=False
     )
 
     @property
     def status(self) -> str:
+        """As venn.core.lifecycle.JobLife.status says it, from the audited columns."""
         if self.finished_at is not None:
-            return "finished"
+            done, asked = self.rounds_completed or 0, self.rounds or 0
+            return "failed" if done < asked else "finished"
         if self.cancelled_at is not None:
             return "cancelled"
-        return "registered"
+        if self.expired_at is not None:
+            return "expired"
+        return "submitted" if self.registered_at is not None else "unknown"
 
 
 class RoundAudit(Base):
@@ -95,3 +101,19 @@ class RoundAudit(Base):
     recorded_at: Mapped[object] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), nullable=False
     )
+
+
+class JobHistory(Base):
+    """A job's history, one row per event of its life: registered, each round requested and
+    closed (with why it failed), heartbeat gaps end in expired, finished or cancelled."""
+
+    __tablename__ = "job_history"
+    __table_args__ = (UniqueConstraint("event_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(200), nullable=False, index=True)
+    event_id: Mapped[str] = mapped_column(String(EVENT_ID_MAX), nullable=False)
+    time: Mapped[float] = mapped_column(Float, nullable=False)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    round_index: Mapped[int | None] = mapped_column(Integer)
+    detail: Mapped[str] = mapped_column(Text, nullable=False, default="")

@@ -12,12 +12,21 @@ from typing import Any
 from sqlalchemy import Connection, Insert, Table, func, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 
-from venn.audit.models import JobAudit, RoundAudit
-from venn.events import Event, JobCancelled, JobFinished, JobRegistered, RoundClosed
+from venn.audit.models import JobAudit, JobHistory, RoundAudit
+from venn.events import (
+    Event,
+    JobCancelled,
+    JobExpired,
+    JobFinished,
+    JobRegistered,
+    RoundClosed,
+    RoundRequested,
+)
 
 CHUNK = 500
 ROUNDS: Table = RoundAudit.__table__  # type: ignore[assignment]
 JOBS: Table = JobAudit.__table__  # type: ignore[assignment]
+HISTORY: Table = JobHistory.__table__  # type: ignore[assignment]
 _JOB_DATA_COLUMNS = [c.name for c in JOBS.columns if c.name not in ("job_id", "recorded_at")]
 
 
@@ -105,6 +114,8 @@ def _job_fields(event: Event) -> dict[str, Any] | None:
         }
     if isinstance(event, JobCancelled):
         return {"cancelled_at": event.time, "cancel_reason": event.reason}
+    if isinstance(event, JobExpired):
+        return {"expired_at": event.time, "expire_reason": event.reason}
     return None
 
 
@@ -138,3 +149,44 @@ def record_jobs(conn: Connection, rows: Sequence[dict[str, Any]]) -> int:
         )
         touched += len(conn.execute(stmt.returning(JOBS.c.job_id)).all())
     return touched
+
+
+def history_row(event: Event) -> dict[str, Any] | None:
+    """The job_history row of an event of a job's life (None for other events)."""
+    round_index: int | None = None
+    if isinstance(event, JobRegistered):
+        kind, detail = "registered", f"demand {event.demand} x {event.rounds} rounds"
+    elif isinstance(event, RoundRequested):
+        kind, round_index, detail = "round_requested", event.round_index, f"demand {event.demand}"
+    elif isinstance(event, RoundClosed):
+        kind, round_index = f"round_{event.outcome}", event.round_index
+        detail = (
+            f"{event.results}/{event.demand} results, {event.assigned} assigned, "
+            f"waited {event.sched_delay_s:.1f} s for devices; {event.reason}".rstrip("; ")
+        )
+    elif isinstance(event, JobFinished):
+        kind, detail = "finished", f"{event.rounds_completed} rounds, JCT {event.jct_s:.1f} s"
+    elif isinstance(event, JobCancelled):
+        kind, detail = "cancelled", event.reason
+    elif isinstance(event, JobExpired):
+        kind, detail = "expired", event.reason
+    else:
+        return None
+    return {
+        "job_id": event.job_id,
+        "event_id": event.event_id,
+        "time": event.time,
+        "kind": kind,
+        "round_index": round_index,
+        "detail": detail,
+    }
+
+
+def record_history(conn: Connection, rows: Sequence[dict[str, Any]]) -> int:
+    """Insert history rows, ignoring event ids already present. Returns rows added."""
+    added = 0
+    for chunk in _chunks(rows):
+        stmt = _insert(conn, HISTORY).values(list(chunk))
+        stmt = stmt.on_conflict_do_nothing(index_elements=["event_id"])
+        added += len(conn.execute(stmt.returning(HISTORY.c.id)).all())
+    return added

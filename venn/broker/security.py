@@ -52,7 +52,8 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.ASSIGNMENTS,
                 topics.REVOCATIONS,
             ),
-            write=(topics.ASSIGNMENTS, topics.REPLIES, topics.DEAD_LETTERS),
+            # venn.jobs: the expiry of a silent job, ordered with the job's other events
+            write=(topics.ASSIGNMENTS, topics.REPLIES, topics.DEAD_LETTERS, topics.JOBS),
             prefixes=(f"{app_id}-",),
             groups=(app_id,),
         ),

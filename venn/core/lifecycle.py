@@ -11,7 +11,8 @@ fold give the same answer whatever the duplicates:
 - the first close of an attempt counts. A second close with the same event id is a
   replay; one with another event id and other content is a *conflict*, kept apart so that
   it can be reported (it is never applied);
-- the first finish or cancel ends the job.
+- the first finish, cancel or expiry ends the job;
+- a heartbeat changes nothing but the time the job was last heard of.
 
 Pure: no I/O, no clock. Coordinators rebuild a job's position from it after a restart.
 """
@@ -24,7 +25,11 @@ from typing import Literal
 
 from venn import events as ev
 
-JobStatus = Literal["submitted", "running", "finished", "cancelled"]
+JobStatus = Literal["submitted", "running", "finished", "failed", "cancelled", "expired"]
+"""submitted: registered, no round yet; running: a round requested; finished: its rounds
+done; failed: finished with fewer successful rounds than asked (its coordinator gave up);
+cancelled: by its owner; expired: dropped by the scheduler after its coordinator fell
+silent."""
 
 
 class Applied(Enum):
@@ -54,12 +59,19 @@ class JobLife:
     attempts: dict[int, Attempt] = field(default_factory=dict)
     finished: ev.JobFinished | None = None
     cancelled: ev.JobCancelled | None = None
+    expired: ev.JobExpired | None = None
     conflicts: list[ev.RoundClosed] = field(default_factory=list)
+    last_seen: float = 0.0
+    """Time of the latest event of the job (its coordinator's last sign of life)."""
 
     # -- the fold ----------------------------------------------------------------------
     def apply(self, event: ev.Event) -> Applied:
         if getattr(event, "job_id", None) != self.job_id:
             return Applied.IGNORED
+        if not isinstance(event, ev.JobExpired):
+            self.last_seen = max(self.last_seen, event.time)
+        if isinstance(event, ev.JobHeartbeat):
+            return Applied.STALE if self.ended else Applied.CHANGED
         if isinstance(event, ev.JobRegistered):
             if self.registered is not None:
                 return Applied.REPLAY
@@ -69,14 +81,16 @@ class JobLife:
             return self._request(event)
         if isinstance(event, ev.RoundClosed):
             return self._close(event)
-        if isinstance(event, ev.JobFinished | ev.JobCancelled):
+        if isinstance(event, ev.JobFinished | ev.JobCancelled | ev.JobExpired):
             if self.ended:
-                ended = self.finished or self.cancelled
+                ended = self.finished or self.cancelled or self.expired
                 return Applied.REPLAY if ended == event else Applied.STALE
             if isinstance(event, ev.JobFinished):
                 self.finished = event
-            else:
+            elif isinstance(event, ev.JobCancelled):
                 self.cancelled = event
+            else:
+                self.expired = event
             return Applied.CHANGED
         return Applied.IGNORED
 
@@ -110,14 +124,17 @@ class JobLife:
     # -- what it says ------------------------------------------------------------------
     @property
     def ended(self) -> bool:
-        return self.finished is not None or self.cancelled is not None
+        return any(e is not None for e in (self.finished, self.cancelled, self.expired))
 
     @property
     def status(self) -> JobStatus:
         if self.finished is not None:
-            return "finished"
+            asked = self.registered.rounds if self.registered is not None else 0
+            return "failed" if self.finished.rounds_completed < asked else "finished"
         if self.cancelled is not None:
             return "cancelled"
+        if self.expired is not None:
+            return "expired"
         return "running" if self.attempts else "submitted"
 
     @property

@@ -133,7 +133,9 @@ class Report:
     jobs_total: int
     jobs_finished: int
     jobs_cancelled: int
-    jobs_unfinished: int  # neither finished nor cancelled (still running, or lost)
+    jobs_unfinished: int  # not ended (still running, or lost)
+    jobs_failed: int  # finished with fewer successful rounds than asked
+    jobs_expired: int  # dropped after their coordinator fell silent
     jct: Stats  # finished jobs
     rounds_total: int
     rounds_succeeded: int
@@ -170,11 +172,15 @@ def delay_figures(rounds: Iterable[RoundAudit]) -> DelayFigures:
     )
 
 
+UNENDED = ("submitted", "unknown")
+ENDED_WITH_JCT = ("finished", "failed")
+
+
 def _job_status(job: JobAudit | None) -> str:
     if job is None:
         return "unrecorded"
-    # A registered job that has not finished (nor been cancelled) is still running or lost.
-    return "unfinished" if job.status == "registered" else job.status
+    # A job that has not ended (finished, failed, cancelled, expired) is running or lost.
+    return "unfinished" if job.status in UNENDED else job.status
 
 
 def job_figures(
@@ -232,8 +238,8 @@ def tier_figures(
             TierFigures(
                 tier=tier.label,
                 jobs=len(mine),
-                finished=sum(j.status == "finished" for j in mine),
-                jct=Stats.of(j.jct_s for j in mine if j.status == "finished"),
+                finished=sum(j.status in ENDED_WITH_JCT for j in mine),
+                jct=Stats.of(j.jct_s for j in mine if j.status in ENDED_WITH_JCT),
                 attempts=len(closes),
                 failed_rounds=sum(r.outcome == "failed" for r in closes),
                 sched_delay=Stats.of(r.sched_delay_s for r in closes),
@@ -255,8 +261,10 @@ def build_report(
         jobs_total=len(jobs),
         jobs_finished=statuses["finished"],
         jobs_cancelled=statuses["cancelled"],
-        jobs_unfinished=statuses["registered"],
-        jct=Stats.of(j.jct_s for j in jobs if j.status == "finished"),
+        jobs_unfinished=sum(statuses[s] for s in UNENDED),
+        jobs_failed=statuses["failed"],
+        jobs_expired=statuses["expired"],
+        jct=Stats.of(j.jct_s for j in jobs if j.status in ENDED_WITH_JCT),
         rounds_total=len(rounds),
         rounds_succeeded=sum(r.outcome == "succeeded" for r in rounds),
         rounds_failed=sum(r.outcome == "failed" for r in rounds),

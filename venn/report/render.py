@@ -58,7 +58,8 @@ def report_markdown(report: Report, source: str) -> str:
         "(trace seconds under `venn demo`).",
         "",
         f"- Jobs: {report.jobs_total} ({report.jobs_finished} finished, "
-        f"{report.jobs_cancelled} cancelled, {report.jobs_unfinished} unfinished)",
+        f"{report.jobs_cancelled} cancelled, {report.jobs_failed} failed, "
+        f"{report.jobs_expired} expired, {report.jobs_unfinished} unfinished)",
         f"- Mean JCT of finished jobs: {_fmt(report.jct.mean)} s "
         f"(median {_fmt(report.jct.median)} s, max {_fmt(report.jct.max)} s)",
         f"- Rounds: {report.rounds_total} closed ({report.rounds_succeeded} succeeded, "

@@ -29,6 +29,7 @@ from venn.events import (
     Event,
     JobCancelled,
     JobFinished,
+    JobHeartbeat,
     JobRegistered,
     RoundClosed,
     RoundRequested,
@@ -81,12 +82,17 @@ class VennClient:
         max_event_bytes: int = events.DEFAULT_MAX_BYTES,
         token: str | None = None,
         kafka_options: Mapping[str, Any] | None = None,
+        heartbeat_s: float = 30.0,
     ) -> None:
         """``token``: the owner's API token, sent with every job and round event (needed
         when the deployment authenticates: `venn token job --jobs ID`)."""
         self.bootstrap = bootstrap
         self.token = token
         self.kafka_options = dict(kafka_options or {})
+        self.heartbeat_s = heartbeat_s
+        self._alive: set[str] = set()
+        """Jobs this client keeps alive with heartbeats (registered or resumed here)."""
+        self._heartbeat: asyncio.Task[None] | None = None
         self.client_id = client_id
         self.max_event_bytes = max_event_bytes
         self.stats = ClientStats()
@@ -128,9 +134,16 @@ class VennClient:
         for tp in partitions:
             await consumer.position(tp)
         self._pump = asyncio.create_task(self._dispatch(), name="venn-sdk-dispatch")
+        if self.heartbeat_s > 0:
+            self._heartbeat = asyncio.create_task(self._beat(), name="venn-sdk-heartbeat")
         return self
 
     async def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+            self._heartbeat = None
         if self._pump is not None:
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -164,8 +177,30 @@ class VennClient:
         if job_id not in self._subs:
             self._subs[job_id] = _Subscription(since=time.time())
 
+    def keep_alive(self, job_id: str) -> None:
+        """Send this job's heartbeats from now on (register_job does it; a coordinator that
+        resumes a job after a restart calls it), so that Venn does not expire it."""
+        self._alive.add(job_id)
+
+    async def heartbeat(self, job_id: str) -> JobHeartbeat:
+        event = JobHeartbeat(
+            event_id=new_event_id(), time=time.time(), job_id=job_id, token=self.token
+        )
+        await self._send(topics.JOBS, event)
+        return event
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            for job_id in list(self._alive):
+                try:
+                    await self.heartbeat(job_id)
+                except Exception:  # a missed beat is retried at the next one
+                    log.warning("heartbeat of %s failed", job_id, exc_info=True)
+
     def unsubscribe(self, job_id: str) -> None:
-        """Stop following a job; its open iterators end."""
+        """Stop following a job (and sending its heartbeats); its open iterators end."""
+        self._alive.discard(job_id)
         sub = self._subs.pop(job_id, None)
         if sub is not None:
             sub.assignments.put_nowait(_CLOSED)
@@ -179,8 +214,12 @@ class VennClient:
         rounds: int,
         deadline_s: float,
         workload_s: float = 30.0,
+        submit_token: str | None = None,
     ) -> JobRegistered:
+        """Register a job. ``submit_token`` (default: a fresh one) makes a retry of this
+        very call a no-op, while a second job with the same id is refused."""
         self.subscribe(job_id)
+        self.keep_alive(job_id)
         event = JobRegistered(
             event_id=new_event_id(),
             token=self.token,
@@ -192,6 +231,7 @@ class VennClient:
             rounds=rounds,
             deadline_s=deadline_s,
             workload_s=workload_s,
+            submit_token=submit_token or new_event_id(),
         )
         await self._send(topics.JOBS, event)
         return event
