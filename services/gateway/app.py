@@ -529,6 +529,7 @@ class Gateway:
     def health(self) -> Json:
         return {
             "status": "ok" if self.broker.available else "broker_unavailable",
+            "gateway_id": self.id,
             "broker": self.broker.status(),
             "demand_view_ready": self.view_ready,
             "open_requirements": len(self.view.open_requirements()),
