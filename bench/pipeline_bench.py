@@ -829,9 +829,8 @@ FAUST_FETCH_WAIT_MS = 1500
 
 
 async def run_bench(plan: Plan, command: str, workdir: Path) -> dict[str, Any]:
-    from venn.broker.tansu import TansuBroker
-
     from loadtest.stack import LoadStack, StackConfig
+    from venn.broker.tansu import TansuBroker
 
     started = time.time()
     result: dict[str, Any] = {
