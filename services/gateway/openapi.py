@@ -44,6 +44,26 @@ def request_schemas() -> dict[str, Json]:
 
 
 def openapi_document(config: GatewayConfig) -> Json:
+    """The document of this gateway: with authentication (VENN_AUTH_SECRET) its tokens,
+    401/403 answers and the enrolment path; without, none of them."""
+    doc = _document(config)
+    if not config.settings.auth_enabled:
+        doc["paths"].pop("/v1/devices")
+        doc["components"].pop("securitySchemes")
+        for name in ("Enrollment", "EnrollmentRequest"):
+            doc["components"]["schemas"].pop(name)
+        for path in ("/v1/checkin", "/v1/results"):
+            operation = doc["paths"][path]["post"]
+            operation.pop("security")
+            operation["responses"].pop("401")
+        doc["paths"]["/v1/checkin"]["post"]["responses"].pop("403")
+        doc["paths"]["/v1/results"]["post"]["responses"]["403"] = _error(
+            "The device holds no assignment of that round (`not_assigned`)."
+        )
+    return doc
+
+
+def _document(config: GatewayConfig) -> Json:
     wait = config.wait_s
     retry_header = {
         "Retry-After": {

@@ -63,7 +63,7 @@ async def test_a_client_without_credentials_is_refused(secured: str) -> None:
         ("devices", topics.CHECKINS, topics.ASSIGNMENTS),
         ("coordinator", topics.JOBS, topics.CHECKINS),
         ("coordinator", topics.ROUNDS, topics.ASSIGNMENTS),
-        ("scheduler", topics.ASSIGNMENTS, topics.JOBS),
+        ("scheduler", topics.ASSIGNMENTS, topics.CHECKINS),
         ("recorder", topics.DEAD_LETTERS, topics.ROUNDS),
     ],
 )
