@@ -73,6 +73,9 @@ class DeviceCheckin(Event, tag="device_checkin", frozen=True):
     attrs: Attrs
     speed_ms_per_sample: Speed
     bandwidth_kbps: Bandwidth
+    observe_only: bool | None = None
+    """True: the device was already answered (no open round admitted it): the scheduler
+    counts it as supply for its plan and assigns it nothing."""
 
 
 class JobRegistered(Event, tag="job_registered", frozen=True):

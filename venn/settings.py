@@ -144,6 +144,10 @@ class Settings:
         "Longest a scheduler fetch waits for data; 0: the broker's profile (10 ms on Tansu, "
         "where all of it is latency; 500 ms on Kafka).",
     )
+    recorder_port: int = _env(
+        "VENN_RECORDER_PORT", 0, "HTTP port of the recorder's /healthz and /metrics; 0: none."
+    )
+    recorder_host: str = _env("VENN_RECORDER_HOST", "127.0.0.1", "Address the recorder binds.")
     gateway_host: str = _env("VENN_GATEWAY_HOST", "127.0.0.1", "Address the gateway binds.")
     gateway_wait_s: float = _env(
         "VENN_GATEWAY_WAIT_S", 2.0, "Longest a check-in waits for its answer before retry_after."

@@ -34,6 +34,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from prometheus_client import CollectorRegistry, Histogram
 
 from services.gateway.batcher import BatcherBusy, CheckinBatcher
 from services.gateway.config import GatewayConfig
@@ -52,6 +53,7 @@ from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
 from venn.broker.topics import ensure_topics
+from venn.metrics import CONTENT_TYPE, StatsCollector, exposition
 from venn.settings import Settings
 
 log = logging.getLogger("venn.gateway")
@@ -64,6 +66,7 @@ DECLINED = "declined"
 """A pending check-in's answer when the scheduler declined it (CheckinsDeclined)."""
 
 Json = dict[str, Any]
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -426,6 +429,10 @@ class Gateway:
             self.stats.broker_down += 1
             return self.busy("broker_unavailable")
         wait = not (self.config.fast_no and self.view_ready) or self.view.may_assign(req.attrs)
+        if not wait:
+            # Answered "no" now: the scheduler only counts it as supply. Assigning it anyway
+            # (a round opened a moment ago) would spend a slot on a device told to go away.
+            event = msgspec.structs.replace(event, observe_only=True)
         fut: asyncio.Future[ev.Assignment | BaseException | str | None] = loop.create_future()
         if wait:
             # Registered before producing: the answer may come back before the ack.
@@ -526,6 +533,15 @@ class Gateway:
         self.stats.results += 1
         return 202, {"accepted": True, "event_id": event.event_id}
 
+    def gauges(self) -> dict[str, float]:
+        return {
+            "inflight": self.inflight,
+            "pending": len(self.pending),
+            "loop_lag_seconds": self.lag_s,
+            "broker_available": float(self.broker.available),
+            "demand_view_ready": float(self.view_ready),
+        }
+
     def health(self) -> Json:
         return {
             "status": "ok" if self.broker.available else "broker_unavailable",
@@ -619,9 +635,31 @@ def create_app(
     """The aiohttp application; its startup connects to Kafka, its cleanup disconnects."""
     config = config or GatewayConfig.from_env(settings)
     gw = Gateway(config)
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[_errors])
+    registry = CollectorRegistry()
+    registry.register(StatsCollector("venn_gateway", lambda: gw.stats, gw.gauges))
+    latency = Histogram(
+        "venn_gateway_request_seconds",
+        "Time from the handler's start to its answer, by path and status",
+        ["path", "status"],
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
+    )
+
+    @web.middleware
+    async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.monotonic()
+        response = await handler(request)
+        route = request.match_info.route.resource
+        path = route.canonical if route is not None else "other"
+        latency.labels(path, str(response.status)).observe(time.monotonic() - started)
+        return response
+
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[timed, _errors])
     app[GATEWAY] = gw
     spec = _encode(openapi_document(config))
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE})
 
     async def kafka(_app: web.Application) -> AsyncIterator[None]:
         await gw.start()
@@ -710,6 +748,7 @@ def create_app(
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/checkin", checkin)
     app.router.add_post("/v1/results", results)
     app.router.add_post("/v1/devices", enroll)

@@ -9,8 +9,9 @@ could any open round with remaining demand take a device with these attributes?
 It only errs on the safe side, except for one race: assignments are read from the latest
 offset (so used demand is under-counted and "maybe" is said too often, which only costs
 a wait), duplicates are counted once; but a round opened a few milliseconds ago and not
-yet seen here yields a "no" the scheduler may contradict. The gateway then releases that
-late assignment with a failed DeviceResult (see `Gateway._on_assignment`).
+yet seen here yields a "no". Such a check-in goes to the scheduler marked ``observe_only``:
+it counts as supply for the plan and is never assigned, so no slot is spent on a device
+that was sent away.
 """
 
 from __future__ import annotations

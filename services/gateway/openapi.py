@@ -112,6 +112,12 @@ def _document(config: GatewayConfig) -> Json:
                     },
                 }
             },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics (venn_gateway_*)",
+                    "responses": {"200": {"description": "Text exposition format 0.0.4"}},
+                }
+            },
             "/openapi.json": {
                 "get": {
                     "summary": "This document",

@@ -7,8 +7,10 @@ import asyncio
 import logging
 import signal
 
-from services.recorder.app import run_recorder
+from services.recorder.app import RecorderStats, run_recorder
+from services.recorder.web import recorder_app, serve
 from venn.audit import upgrade_database
+from venn.broker.health import BrokerWatch
 from venn.settings import Settings
 
 
@@ -17,7 +19,20 @@ async def _main(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stats = await run_recorder(settings, stop)
+    stats = RecorderStats()
+    watch = BrokerWatch(settings.broker, settings.kafka_credentials)
+    runner = None
+    if settings.recorder_port:
+        watch.start()
+        runner = await serve(
+            recorder_app(stats, watch), settings.recorder_host, settings.recorder_port
+        )
+    try:
+        await run_recorder(settings, stop, stats=stats)
+    finally:
+        await watch.stop()
+        if runner is not None:
+            await runner.cleanup()
     logging.getLogger("venn.recorder").info("stopped: %s", stats)
 
 

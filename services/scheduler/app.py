@@ -30,6 +30,7 @@ checked on the device's partition. Not implemented: run one worker.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -65,6 +66,15 @@ def changelog_topics(settings: Settings) -> list[str]:
     """Changelog topics of the app's tables: create them (with the input topics' partition
     count) before the worker starts."""
     return [topics.changelog_topic(settings.app_id, table) for table in TABLES]
+
+
+def reason_kind(reason: str) -> str:
+    """A dead letter's reason as a small label set: an InvalidEvent kind, unauthorized,
+    rejected (a valid event that cannot be applied) or internal."""
+    head = reason.split(":", 1)[0]
+    if head in ev.InvalidEvent.KINDS or head == "unauthorized":
+        return head
+    return "internal" if head == "internal error" else "rejected"
 
 
 def faust_credentials(settings: Settings) -> faust.SASLCredentials | None:
@@ -174,6 +184,7 @@ def create_app(
             letter = msgspec.structs.replace(letter, event_id=f"{letter.event_id}:{item}")
         send(topics.DEAD_LETTERS, letter.event_id.encode(), ev.encode(letter))
         metrics.DEAD_LETTERS.labels(topic).inc()
+        metrics.DEAD_LETTER_REASONS.labels(topic, reason_kind(reason)).inc()
 
     def salvage(raw: Any, topic: str, partition: int, offset: int, now: float) -> ev.Event | None:
         """A check-in batch with bad items: dead-letter each of them, keep the rest."""
@@ -235,14 +246,25 @@ def create_app(
             metrics.CHECKINS.inc()
             out = state.on_checkin(event, now)
         metrics.STALE_CHECKINS.inc(state.stale_checkins - stale)
+        if out is None:
+            metrics.DECLINED.inc()
+        elif isinstance(out, list):
+            decided = sum(len(o.assignments) for o in out if isinstance(o, ev.AssignmentBatch))
+            metrics.DECLINED.inc(len(event.checkins) - decided)  # type: ignore[attr-defined]
         return out
+
+    def on_round(event: ev.Event, partition: int, now: float) -> None:
+        state.on_round_event(event, partition, now)
+        if isinstance(event, ev.RoundClosed):
+            metrics.ROUND_OUTCOMES.labels(event.outcome).inc()
+            metrics.ROUND_FILL.observe(event.sched_delay_s)
 
     def adopt(event: ev.Event, partition: int, now: float) -> None:
         metrics.ADOPTED.inc(state.on_assignment(event, partition, now))
 
     handlers: list[tuple[faust.TopicT, str, Handler]] = [
         (jobs_in, topics.JOBS, state.on_job_event),
-        (rounds_in, topics.ROUNDS, state.on_round_event),
+        (rounds_in, topics.ROUNDS, on_round),
         (results_in, topics.RESULTS, state.on_result),
         (checkins_in, topics.CHECKINS, decide),
         (assignments, topics.ASSIGNMENTS, adopt),
@@ -299,6 +321,16 @@ def create_app(
             log.warning("expiring job %s: %s", job_id, expired.reason)
             metrics.EXPIRED.inc()
             send(topics.JOBS, ev.key_of(expired), ev.encode(expired))
+
+    @app.timer(interval=5.0)
+    async def _lag() -> None:
+        consumer = app.consumer
+        for tp in consumer.assignment():
+            # Faust keeps the offset of the last record it read per partition.
+            position = consumer._read_offset.get(tp)  # type: ignore[attr-defined]
+            with contextlib.suppress(Exception):
+                behind = consumer.highwater(tp) - (position + 1 if position is not None else 0)
+                metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, behind))
 
     @app.task
     async def _revocations() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge, Histogram
 
 EVENTS = Counter("venn_scheduler_events", "Input events processed", ["topic"])
 DUPLICATES = Counter("venn_scheduler_duplicates", "Events skipped as replays", ["topic"])
@@ -21,3 +21,21 @@ STALE_CHECKINS = Counter(
     "Check-ins dropped as too old to act on (VENN_CHECKIN_MAX_AGE_S)",
 )
 EXPIRED = Counter("venn_scheduler_expired_jobs", "Jobs expired after their coordinator fell silent")
+DEAD_LETTER_REASONS = Counter(
+    "venn_scheduler_dead_letter_reasons",
+    "Dead letters by input topic and kind of reason (an InvalidEvent kind, unauthorized, "
+    "rejected, internal)",
+    ["topic", "reason"],
+)
+DECLINED = Counter("venn_scheduler_declined", "Check-ins decided without an assignment")
+ROUND_OUTCOMES = Counter("venn_scheduler_round_outcomes", "Rounds closed, by outcome", ["outcome"])
+ROUND_FILL = Histogram(
+    "venn_scheduler_round_fill_seconds",
+    "How long rounds waited for their devices (the close's sched_delay_s)",
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
+)
+LAG = Gauge(
+    "venn_scheduler_consumer_lag",
+    "Records of an input partition not read yet (high watermark - next offset)",
+    ["topic", "partition"],
+)

@@ -35,6 +35,8 @@ from collections.abc import Callable, Collection, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
 from venn import events as ev
@@ -362,6 +364,9 @@ class SchedulerState:
             return None
         self._release_if_overdue(event.device_id, now)
         slot = self.core.slot_of(event.attrs)
+        if event.observe_only:
+            self.core.observe_many(np.array([slot]), np.array([now]))
+            return None
         tier = self.core.tier_of(speed_proxy(event.speed_ms_per_sample, event.bandwidth_kbps))
         decision = self.core.checkin(
             slot, now, tier=tier, u=uniform_of(event.event_id), device_id=event.device_id

@@ -27,6 +27,16 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def wait_listening(host: str, port: int, timeout: float) -> bool:
+    """True once something accepts connections at host:port, False after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1.0):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def pid_alive(pid: int) -> bool:
     """True if a process with this pid exists and is not an exited, unreaped child."""
     if pid <= 0:

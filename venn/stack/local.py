@@ -25,7 +25,7 @@ from venn.broker.local import (
     start_detached,
     stop_detached,
 )
-from venn.broker.process import port_free, split_address
+from venn.broker.process import free_port, port_free, split_address, wait_listening
 from venn.broker.topics import ensure_topics
 from venn.settings import (
     STACK_FIELDS,
@@ -180,12 +180,27 @@ def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = Tru
     settings = dataclasses.replace(settings, auth_secret=secret)
     prepare(settings)
     alive = running_services(run)
+    ports = stack_ports(run) if alive else {}
+    settings = dataclasses.replace(
+        settings,
+        scheduler_web_port=ports.get("scheduler")
+        or settings.scheduler_web_port
+        or free_port(settings.scheduler_web_host),
+        recorder_port=ports.get("recorder") or settings.recorder_port or free_port(),
+    )
     for spec in default_services():
         if spec.name not in alive:
             # Each service signs in to Kafka as itself (venn.broker.security.access).
             start_service(run, spec, service_env(settings.for_role(spec.name), policy, seed))
     if wait and not asyncio.run(wait_scheduler_ready(settings)):
         raise RuntimeError(f"the scheduler did not become ready; see {run / 'scheduler.log'}")
+    if wait:
+        for name, host, port in (
+            ("gateway", settings.gateway_host, settings.gateway_port),
+            ("recorder", settings.recorder_host, settings.recorder_port),
+        ):
+            if not wait_listening("127.0.0.1" if host == "0.0.0.0" else host, port, 60.0):
+                raise RuntimeError(f"the {name} does not listen on {port}; see {run / name}.log")
     info = StackInfo(
         run,
         settings.broker,
@@ -194,9 +209,24 @@ def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = Tru
         database_description,
         running_services(run),
     )
-    record = {name: getattr(settings, name) for name in STACK_FIELDS}
+    record: dict[str, object] = {name: getattr(settings, name) for name in STACK_FIELDS}
+    record["ports"] = {
+        "gateway": settings.gateway_port,
+        "scheduler": settings.scheduler_web_port,
+        "recorder": settings.recorder_port,
+    }
     (run / STACK_FILE).write_text(json.dumps({**record, "policy": policy}))
     return info
+
+
+def stack_ports(run_dir: str | Path) -> dict[str, int]:
+    """The HTTP ports of the services `venn up` started in ``run_dir`` (gateway: the API;
+    scheduler and recorder: /healthz and /metrics)."""
+    try:
+        ports = json.loads((Path(run_dir) / STACK_FILE).read_text()).get("ports", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): int(v) for k, v in ports.items()} if isinstance(ports, dict) else {}
 
 
 def down(settings: Settings, timeout: float = 10.0) -> list[str]:

@@ -1,0 +1,186 @@
+"""Prometheus /metrics of every service (issue 15, item 4): on a `venn up` stack, the
+counters of the gateway, the scheduler and the recorder equal the events the test sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from venn.auth.local import issuer, job_token
+from venn.broker import topics
+from venn.broker.process import free_port
+from venn.sdk import VennClient
+from venn.settings import Settings, run_dir_secret
+from venn.stack.local import down, stack_ports, up
+
+pytestmark = pytest.mark.e2e
+
+ELIGIBLE = {"cpu_f": 9.0, "ram": 8.0}
+INELIGIBLE = {"battery": 1.0}
+
+
+def scrape(port: int) -> dict[str, float]:
+    """{'name{labels}': value} of a /metrics page."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    found = {}
+    for line in text.splitlines():
+        match = re.match(r"^([a-z_:]+(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
+        if match:
+            found[match.group(1)] = float(match.group(2))
+    return found
+
+
+def post(port: int, path: str, body: bytes, token: str) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=body,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Settings]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
+    settings = Settings.from_env(
+        {
+            **env,
+            "VENN_RUN_DIR": str(tmp_path / "run"),
+            "VENN_BROKER": f"127.0.0.1:{free_port()}",
+            "VENN_BROKER_KIND": "kafka",
+            "VENN_GATEWAY_PORT": str(free_port()),
+        }
+    )
+    info = up(settings)
+    settings = Settings.from_env({**env, "VENN_RUN_DIR": str(info.run_dir)})
+    assert settings.auth_secret == run_dir_secret(info.run_dir)
+    try:
+        yield settings
+    finally:
+        down(settings)
+
+
+def test_every_service_counts_what_it_was_sent(stack: Settings) -> None:
+    settings = stack
+    ports = stack_ports(settings.run_dir)
+    assert set(ports) == {"gateway", "scheduler", "recorder"}
+    tokens = issuer(settings)
+    assert tokens is not None
+    job = "metrics-job"
+    sent = {"checkins": 0, "invalid": 0}
+
+    def checkin(device: str, attrs: dict[str, float]) -> dict[str, Any]:
+        body = json.dumps(
+            {"device_id": device, "attrs": attrs, "speed_ms_per_sample": 50, "bandwidth_kbps": 5e3}
+        ).encode()
+        status, answer = post(
+            ports["gateway"], "/v1/checkin", body, tokens.issue("device", device, ttl_s=600)
+        )
+        assert status == 200, answer
+        sent["checkins"] += 1
+        return answer
+
+    for i in range(5):
+        assert checkin(f"idle-{i}", INELIGIBLE)["assigned"] is False
+    for _ in range(2):
+        device = "broken"
+        status, _ = post(
+            ports["gateway"], "/v1/checkin", b"{oops", tokens.issue("device", device, ttl_s=60)
+        )
+        assert status == 400
+        sent["invalid"] += 1
+
+    async def run_job() -> None:
+        coordinator = settings.for_role("coordinator")
+        async with VennClient(
+            settings.broker,
+            token=job_token(settings, [job]),
+            kafka_options=coordinator.kafka_options,
+        ) as client:
+            await client.register_job(job, {"cpu_f": 1}, 2, 1, deadline_s=600)
+            await client.request_round(job, 0, 2)
+            assigned: set[str] = set()
+            deadline = time.monotonic() + 60
+            i = 0
+            answer: dict[str, Any] = {}
+            while len(assigned) < 2:
+                assert time.monotonic() < deadline, f"never assigned: {answer}"
+                device = f"worker-{i % 3}"
+                i += 1
+                answer = await asyncio.to_thread(checkin, device, ELIGIBLE)
+                if answer["assigned"]:
+                    assigned.add(device)
+                else:
+                    await asyncio.sleep(0.3)
+            now = time.time()
+            await client.close_round(
+                job,
+                0,
+                "succeeded",
+                demand=2,
+                assigned=2,
+                results=2,
+                opened_at=now - 5,
+                closed_at=now,
+            )
+            await client.finish_job(job, rounds_completed=1, arrival=now - 10, finished_at=now)
+        admin = settings.for_role("admin")
+        producer = AIOKafkaProducer(bootstrap_servers=settings.broker, **admin.kafka_options)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topics.JOBS, b"not json", key=b"metrics-bad")
+        finally:
+            await producer.stop()
+
+    asyncio.run(run_job())
+
+    def settled() -> bool:
+        return scrape(ports["recorder"]).get("venn_recorder_rounds_added_total") == 1 and (
+            scrape(ports["scheduler"]).get(
+                'venn_scheduler_dead_letter_reasons_total{reason="not_json",topic="venn.jobs"}'
+            )
+            == 1
+        )
+
+    deadline = time.monotonic() + 60
+    while not settled():
+        assert time.monotonic() < deadline, (scrape(ports["recorder"]), scrape(ports["scheduler"]))
+        time.sleep(0.5)
+
+    gateway = scrape(ports["gateway"])
+    assert gateway["venn_gateway_checkins_total"] == sent["checkins"]
+    assert gateway["venn_gateway_assigned_total"] == 2
+    assert gateway["venn_gateway_invalid_total"] == sent["invalid"]
+    assert (
+        gateway['venn_gateway_request_seconds_count{path="/v1/checkin",status="200"}']
+        == sent["checkins"]
+    )
+    scheduler = scrape(ports["scheduler"])
+    assert scheduler["venn_scheduler_checkins_total"] == sent["checkins"]
+    assert scheduler["venn_scheduler_assignments_total"] == 2
+    assert scheduler["venn_scheduler_declined_total"] == sent["checkins"] - 2
+    assert scheduler['venn_scheduler_round_outcomes_total{outcome="succeeded"}'] == 1
+    assert scheduler["venn_scheduler_round_fill_seconds_count"] == 1
+    deadline = time.monotonic() + 30  # the lag gauges are refreshed every 5 s
+    while not any(k.startswith("venn_scheduler_consumer_lag{") for k in scrape(ports["scheduler"])):
+        assert time.monotonic() < deadline, "no consumer lag gauge"
+        time.sleep(1.0)
+    recorder = scrape(ports["recorder"])
+    assert recorder["venn_recorder_rounds_added_total"] == 1
+    assert recorder["venn_recorder_invalid_total"] == 1  # the bad record: skipped, not audited
+    assert recorder["venn_recorder_broker_available"] == 1
