@@ -94,6 +94,17 @@ async def topic_partitions(admin: AIOKafkaAdminClient) -> dict[str, int]:
     return {t["topic"]: len(t["partitions"]) for t in metadata}
 
 
+async def leaderless(admin: AIOKafkaAdminClient, names: Iterable[str]) -> set[str]:
+    """Topics of ``names`` with a partition that has no leader yet (just created)."""
+    wanted = set(names)
+    metadata = await admin.describe_topics(None)
+    return {
+        t["topic"]
+        for t in metadata
+        if t["topic"] in wanted and any(p.get("leader", -1) < 0 for p in t["partitions"])
+    }
+
+
 async def ensure_topics(
     bootstrap: str,
     partitions: int,
@@ -143,7 +154,10 @@ async def ensure_topics(
             deadline = time.monotonic() + timeout
             while True:
                 existing = await topic_partitions(admin)
-                if all(existing.get(name) for name in wanted):
+                # Listed, and every partition led: the first produce would fail otherwise.
+                if all(existing.get(name) for name in wanted) and not await leaderless(
+                    admin, missing
+                ):
                     break
                 if time.monotonic() > deadline:
                     break  # reported below, with the counts seen
