@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from venn.broker.security import Credentials, client_options
+from venn.broker.security import MECHANISM, Credentials, client_options
 from venn.broker.tuning import ClientTuning, tuning_for
 
 
@@ -75,6 +75,12 @@ class Settings:
         "beside `venn up`, else no SASL.",
     )
     kafka_password: str = _env("VENN_KAFKA_PASSWORD", "", "The password of VENN_KAFKA_USER.")
+    kafka_mechanism: str = _env(
+        "VENN_KAFKA_MECHANISM",
+        "SCRAM-SHA-256",
+        "SASL mechanism of VENN_KAFKA_USER: SCRAM-SHA-256 (every service), or PLAIN (the admin "
+        "of docker-compose's Kafka).",
+    )
     device_token_ttl_s: float = _env(
         "VENN_DEVICE_TOKEN_TTL_S", 30 * 86400.0, "Lifetime of a device token issued at enrolment."
     )
@@ -218,11 +224,16 @@ class Settings:
         users = run_dir_kafka_users(self.run_dir)
         if role not in users:
             return self
-        return dataclasses.replace(self, kafka_user=role, kafka_password=users[role])
+        # The run dir's users are SCRAM users, whatever VENN_KAFKA_MECHANISM says.
+        return dataclasses.replace(
+            self, kafka_user=role, kafka_password=users[role], kafka_mechanism=MECHANISM
+        )
 
     @property
     def kafka_credentials(self) -> Credentials | None:
-        return Credentials(self.kafka_user, self.kafka_password) if self.kafka_user else None
+        if not self.kafka_user:
+            return None
+        return Credentials(self.kafka_user, self.kafka_password, self.kafka_mechanism)
 
     @property
     def kafka_options(self) -> dict[str, Any]:

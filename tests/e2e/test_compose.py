@@ -1,19 +1,26 @@
 """docker-compose.yml, tested without a Docker engine.
 
-1. `docker-compose config` parses the file, with and without the demo profile, and resolves
-   the same services, commands and environments as PyYAML does here (the anchors).
+1. `docker-compose config` refuses the file without its secrets (they come from the
+   environment), parses it with them (dummy values), with and without the demo profile, and
+   resolves the same services, commands and environments as PyYAML plus compose's variable
+   interpolation do here (the anchors, the merges, `${VAR:?message}`).
 2. The file runs the releases the project tests against (Apache Kafka of kafka-pom.xml,
-   the embedded Postgres's major version), every Venn service takes the shared
-   `x-venn-env`, whose names are all settings of venn/settings.py, and the kafka service's
-   KAFKA_* settings, rendered as the apache/kafka image renders them, start this Kafka
-   release from its jars with both listeners advertising what compose promises.
+   the embedded Postgres's major version); no secret is written in it; every Venn service
+   takes the shared `x-venn-env`, whose names are all settings of venn/settings.py, plus
+   exactly its own Kafka principal (venn.broker.security), and the API secret or the
+   database only where it needs them. The kafka service's KAFKA_* settings, rendered as the
+   apache/kafka image renders them, start this Kafka release from its jars, secured: the
+   admin signs in with PLAIN on both listeners (each advertising what compose promises), a
+   client without credentials is refused, and the service's own healthcheck passes.
 3. Every service's `command` runs as a local process with the environment compose gives
-   it, in the order its `depends_on` conditions require (its own healthchecks included):
-   the `kafka` and `postgres` services are the session's Apache Kafka and Postgres (a fresh
+   it (the secrets are the test's), in the order its `depends_on` conditions require (its
+   own healthchecks included): the `kafka` service is that secured Kafka (one-shot `topics`
+   makes the services' SCRAM users and ACLs), `postgres` the session's Postgres (a fresh
    database), host names are mapped to their local addresses, every *_PORT is a free port
    (the published ports follow it), the run dir is a scratch dir (existing only if the
-   Dockerfile creates it), and the app id and recorder group are made unique (topics are
-   shared by every test of the session). Nothing else is changed.
+   Dockerfile creates it), and the app id and recorder group are made unique. Nothing else
+   is changed. The demo workload finishes, and the gateway's principal may not write job
+   events on that cluster.
 
 Without a docker-compose binary the config test is skipped, unless VENN_REQUIRE_COMPOSE=1
 (.ci/run sets it, and installs Debian's docker-compose).
@@ -21,11 +28,13 @@ Without a docker-compose binary the config test is skipped, unless VENN_REQUIRE_
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -42,13 +51,18 @@ from typing import IO, Any
 
 import pytest
 import yaml
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAuthorizationFailedError
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from venn.audit.db import create_database, drop_database, make_engine
 from venn.audit.models import JobAudit, RoundAudit
+from venn.broker import security, topics
 from venn.broker.kafka import kafka_version
-from venn.broker.process import free_port, metadata_brokers, split_address
+from venn.broker.process import free_port
+from venn.broker.security import Credentials, client_options
 from venn.settings import describe
 
 pytestmark = pytest.mark.e2e
@@ -58,7 +72,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 CORE = {"kafka", "postgres", "migrate", "topics", "scheduler", "recorder", "gateway"}
 DEMO = {"coordinator", "devices"}
-INFRA = {"kafka", "postgres"}  # images, not our commands: the session's broker and database
+INFRA = {"kafka", "postgres"}  # images, not our commands: a Kafka from the jars, Postgres
 ONE_SHOTS = {"migrate", "topics"}
 COMPOSE_KAFKA = "kafka:9092"
 UNIQUE_VARS = ("VENN_APP_ID", "VENN_RECORDER_GROUP")
@@ -66,6 +80,56 @@ ONE_SHOT_TIMEOUT = 120.0
 COORDINATOR_TIMEOUT = 300.0
 STOP_TIMEOUT = 15.0
 JOB_LINE = re.compile(r"^(?P<job>\S+): finished=(?P<finished>\w+) jct_s=\S+ attempts=(?P<n>\d+)$")
+
+# Who each Venn service is on Kafka (migrate never talks to Kafka), who holds the API
+# secret (checks tokens, or mints them: the demo's coordinator), who reaches the database.
+PRINCIPAL_OF = {
+    "topics": security.ADMIN,
+    "scheduler": "scheduler",
+    "recorder": "recorder",
+    "gateway": "gateway",
+    "coordinator": "coordinator",
+    "devices": "devices",
+}
+AUTH_SECRET_HOLDERS = {"scheduler", "recorder", "gateway", "coordinator"}
+DATABASE_USERS = {"migrate", "recorder"}
+SECRET_VARIABLES = {
+    *(security.password_variable(p) for p in security.PRINCIPALS),
+    "VENN_AUTH_SECRET",
+    "VENN_POSTGRES_PASSWORD",
+}
+"""Every variable the file takes from the environment of `docker compose`: its secrets."""
+REFERENCE = re.compile(r"\$(?:(?P<escaped>\$)|\{(?P<name>\w+)(?P<op>:?[-?])?(?P<arg>[^}]*)\})")
+
+
+def interpolate(value: str, variables: Mapping[str, str]) -> str:
+    """Compose's variable interpolation of one value: `$$` is `$`, `${VAR}`, `${VAR:-default}`
+    and `${VAR:?message}` (an error when unset or empty)."""
+
+    def one(match: re.Match[str]) -> str:
+        if match["escaped"]:
+            return "$"
+        name, op, arg = match["name"], match["op"] or "", match["arg"]
+        given = variables.get(name)
+        unset = given is None or (op.startswith(":") and given == "")
+        if op.endswith("?") and unset:
+            raise KeyError(f"{name}: {arg}")
+        if op.endswith("-") and unset:
+            return arg
+        return given or ""
+
+    return REFERENCE.sub(one, value)
+
+
+def is_required(value: str, name: str) -> bool:
+    """Whether ``value`` is exactly `${name:?message}`: taken from the environment, required."""
+    match = REFERENCE.fullmatch(value)
+    return bool(match and match["name"] == name and match["op"] == ":?")
+
+
+def make_secrets() -> dict[str, str]:
+    """Values for SECRET_VARIABLES (hex: safe in JAAS lines and database URLs)."""
+    return {name: secrets.token_hex(32) for name in sorted(SECRET_VARIABLES)}
 
 
 def load_compose() -> dict[str, Any]:
@@ -80,6 +144,13 @@ def environment_of(service: Mapping[str, Any]) -> dict[str, str]:
     if isinstance(env, list):
         return dict(str(item).partition("=")[::2] for item in env)
     return {str(k): "" if v is None else str(v) for k, v in env.items()}
+
+
+def resolved_environment(
+    service: Mapping[str, Any], variables: Mapping[str, str]
+) -> dict[str, str]:
+    """A service's environment after compose's interpolation with ``variables``."""
+    return {k: interpolate(v, variables) for k, v in environment_of(service).items()}
 
 
 def conditions(service: Mapping[str, Any]) -> dict[str, str]:
@@ -156,15 +227,24 @@ def compose_cli() -> list[str]:
     return cli
 
 
-def run_compose(cli: list[str], *args: str) -> str:
-    done = subprocess.run(
+def compose_run(
+    cli: list[str], variables: Mapping[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`docker-compose ARGS` with ``variables`` as its only VENN_* environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
+    return subprocess.run(
         [*cli, "-f", str(COMPOSE_FILE), *args],
         cwd=ROOT,
+        env={**env, **variables},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def run_compose(cli: list[str], variables: Mapping[str, str], *args: str) -> str:
+    done = compose_run(cli, variables, *args)
     assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{done.stderr}"
     return done.stdout
 
@@ -179,19 +259,27 @@ def compose_major(cli: list[str]) -> int:
 
 
 def test_docker_compose_config_parses_the_file(compose_cli: list[str]) -> None:
+    # The secrets come from the environment: without one, compose refuses the file.
+    dummy = make_secrets()
+    for missing in sorted(SECRET_VARIABLES):
+        given = {k: v for k, v in dummy.items() if k != missing}
+        refused = compose_run(compose_cli, given, "--profile", "demo", "config", "-q")
+        assert refused.returncode != 0, f"compose ran without {missing}"
+        assert f"{missing} unset" in refused.stderr, refused.stderr[-500:]
+
     for profile in ([], ["--profile", "demo"]):
-        run_compose(compose_cli, *profile, "config", "-q")
-    plain = set(run_compose(compose_cli, "config", "--services").split())
-    demo = set(run_compose(compose_cli, "--profile", "demo", "config", "--services").split())
+        run_compose(compose_cli, dummy, *profile, "config", "-q")
+    plain = set(run_compose(compose_cli, dummy, "config", "--services").split())
+    demo = set(run_compose(compose_cli, dummy, "--profile", "demo", "config", "--services").split())
     assert demo == CORE | DEMO
     # Compose 1.x lists profiled services in `config` whatever --profile says; 2.x does not.
     assert plain == (CORE | DEMO if compose_major(compose_cli) < 2 else CORE)
 
-    # What compose resolves is what the local run below reads with PyYAML.
-    resolved = yaml.safe_load(run_compose(compose_cli, "--profile", "demo", "config"))
+    # What compose resolves is what the local run below reads with PyYAML and interpolates.
+    resolved = yaml.safe_load(run_compose(compose_cli, dummy, "--profile", "demo", "config"))
     local = load_compose()["services"]
     for name, service in resolved["services"].items():
-        assert environment_of(service) == environment_of(local[name]), name
+        assert environment_of(service) == resolved_environment(local[name], dummy), name
         assert service.get("command") == local[name].get("command"), name
         assert conditions(service) == conditions(local[name]), name
 
@@ -211,7 +299,7 @@ def test_compose_runs_the_tested_releases_and_the_shared_settings() -> None:
     assert len(base64.urlsafe_b64decode(kafka["CLUSTER_ID"] + "==")) == 16
     assert kafka["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
     assert kafka["KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS"] == "0"
-    assert "PLAINTEXT_HOST://localhost:29092" in kafka["KAFKA_ADVERTISED_LISTENERS"]
+    assert "HOST://localhost:29092" in kafka["KAFKA_ADVERTISED_LISTENERS"]
     assert "29092:29092" in services["kafka"]["ports"]
 
     shared = {str(k): str(v) for k, v in compose["x-venn-env"].items()}
@@ -220,14 +308,62 @@ def test_compose_runs_the_tested_releases_and_the_shared_settings() -> None:
     assert shared["VENN_BROKER"] == COMPOSE_KAFKA and shared["VENN_BROKER_KIND"] == "external"
     assert shared["VENN_GATEWAY_HOST"] == shared["VENN_SCHEDULER_WEB_HOST"] == "0.0.0.0"
     port_values = {int(v) for k, v in shared.items() if k.endswith("_PORT")}
+    passwords = {security.password_variable(p) for p in security.SERVICES}
+    assert set(ours(compose)) == set(PRINCIPAL_OF) | {"migrate"}
+    assert set(PRINCIPAL_OF.values()) == set(security.PRINCIPALS)
     for name, service in ours(compose).items():
-        assert environment_of(service) == shared, f"{name} does not take x-venn-env as is"
+        env = environment_of(service)
+        assert {k: env.get(k) for k in shared} == shared, f"{name} changes x-venn-env"
+        assert set(env) <= known | passwords, f"{name}: {set(env) - known - passwords}"
+        # Its own Kafka principal, the password from its own variable; SCRAM but the admin.
+        principal = PRINCIPAL_OF.get(name)
+        if principal is None:
+            assert not {k for k in env if k.startswith("VENN_KAFKA_")}, name
+        else:
+            assert env["VENN_KAFKA_USER"] == principal, name
+            password = security.password_variable(principal)
+            assert is_required(env["VENN_KAFKA_PASSWORD"], password), name
+            mechanism = env.get("VENN_KAFKA_MECHANISM", security.MECHANISM)
+            assert mechanism == (security.PLAIN if principal == security.ADMIN else "SCRAM-SHA-256")
+        # Only the admin's step holds the services' passwords, to make their users.
+        given = {k: v for k, v in env.items() if k in passwords}
+        if name == "topics":
+            assert set(given) == passwords and all(is_required(v, k) for k, v in given.items())
+            assert "--secure" in service["command"]
+        else:
+            assert not given, name
+        assert ("VENN_AUTH_SECRET" in env) == (name in AUTH_SECRET_HOLDERS), name
+        if "VENN_AUTH_SECRET" in env:
+            assert is_required(env["VENN_AUTH_SECRET"], "VENN_AUTH_SECRET"), name
+        assert ("VENN_DATABASE_URL" in env) == (name in DATABASE_USERS), name
         # A published port is one the service binds (on 0.0.0.0, above).
         assert set(container_ports(service)) <= port_values, name
     assert container_ports(services["gateway"]) == [int(shared["VENN_GATEWAY_PORT"])]
     # Scaled schedulers cannot share a fixed host port.
     assert services["scheduler"]["ports"] == [shared["VENN_SCHEDULER_WEB_PORT"]]
     assert {n for n, s in services.items() if s.get("profiles")} == DEMO
+
+
+def test_no_secret_is_written_in_the_file() -> None:
+    """Passwords and keys are references to the environment of `docker compose`, each one
+    required (`${VAR:?message}`); nothing else is taken from it."""
+    text = COMPOSE_FILE.read_text()
+    references = [m for m in REFERENCE.finditer(text) if m["name"]]
+    assert {m["name"] for m in references} == SECRET_VARIABLES
+    assert all(m["op"] == ":?" for m in references), [m[0] for m in references]
+
+    compose = load_compose()
+    for name, service in compose["services"].items():
+        for key, value in environment_of(service).items():
+            if re.search(r"PASSWORD|SECRET", key):
+                assert REFERENCE.fullmatch(value), f"{name}: {key} is written in the file"
+            for credential in re.findall(r'(?:password|user_\w+)="([^"]*)"', value):
+                assert REFERENCE.fullmatch(credential), f"{name}: {key} has a password"
+            if "://" in value and "@" in value:
+                password = make_url(value).password
+                assert password is None or REFERENCE.fullmatch(str(password)), f"{name}: {key}"
+        check = " ".join(map(str, (service.get("healthcheck") or {}).get("test", [])))
+        assert "password=" not in check or "$$VENN_KAFKA_PASSWORD" in check, name
 
 
 # Keys apache/kafka's start script fills with its own defaults (localhost listeners, /tmp
@@ -260,22 +396,141 @@ def kafka_properties(env: Mapping[str, str]) -> dict[str, str]:
     return props
 
 
-def test_the_kafka_service_configuration_runs_on_apache_kafka(tmp_path: Path) -> None:
+def test_prepare_secure_needs_the_admin_and_every_service_password(tmp_path: Path) -> None:
+    """`venn prepare --secure` (the `topics` step) stops with one line naming what is
+    missing, before it reaches any broker."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
+    env |= {"VENN_RUN_DIR": str(tmp_path), "VENN_BROKER": "127.0.0.1:9", "PYTHONPATH": str(ROOT)}
+    passwords = {security.password_variable(p): "x" for p in security.SERVICES}
+    cases = {
+        "VENN_KAFKA_USER": {**env, **passwords},
+        security.password_variable("devices"): {
+            **env,
+            **passwords,
+            "VENN_KAFKA_USER": security.ADMIN,
+            "VENN_KAFKA_PASSWORD": "x",
+            security.password_variable("devices"): "",
+        },
+    }
+    for named, case_env in cases.items():
+        done = subprocess.run(
+            local_command(["venn", "prepare", "--secure"]),
+            env=case_env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert named in done.stderr, done.stderr
+
+
+@dataclass
+class ComposeKafka:
+    """The kafka service's configuration running from the jars, on free loopback ports."""
+
+    env: dict[str, str]
+    """The kafka service's environment, interpolated with the test's secrets."""
+    ports: dict[int, int]
+    """Container port -> local port (9092 in the compose network, 29092 on the host)."""
+    admin: Credentials
+    home: Path
+    log_path: Path
+
+    @property
+    def bootstrap(self) -> str:
+        """Where the other services reach it (compose's kafka:9092)."""
+        return f"127.0.0.1:{self.ports[9092]}"
+
+    @property
+    def host_bootstrap(self) -> str:
+        """Where a client on the host reaches it (compose's localhost:29092)."""
+        return f"localhost:{self.ports[29092]}"
+
+    def healthcheck(self) -> list[str]:
+        """The service's own healthcheck (CMD-SHELL), run here: the image's
+        kafka-broker-api-versions.sh (not in the broker's jars) is a stand-in that reads the
+        same arguments and client config and signs in with them; its port and /tmp local."""
+        test = load_compose()["services"]["kafka"]["healthcheck"]["test"]
+        assert test[0] == "CMD-SHELL", test
+        script = interpolate(str(test[1]), {})  # compose's $$ -> $
+        bin_dir = self.home / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        tool = bin_dir / "kafka-broker-api-versions.sh"
+        tool.write_text(
+            f'#!/bin/sh\nexec "{sys.executable}" "{bin_dir / "api_versions.py"}" "$@"\n'
+        )
+        tool.chmod(0o755)
+        (bin_dir / "api_versions.py").write_text(API_VERSIONS_STAND_IN)
+        script = (
+            script.replace("/tmp/", f"{self.home}/")
+            .replace("/opt/kafka/bin/", f"{bin_dir}/")
+            .replace("localhost:9092", self.bootstrap)
+        )
+        assert "/opt/" not in script, script
+        return ["/bin/sh", "-c", script]
+
+    def healthy(self, env: Mapping[str, str] | None = None) -> bool:
+        done = subprocess.run(
+            self.healthcheck(),
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(self.env if env is None else env)},
+            cwd=self.home,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        return done.returncode == 0
+
+
+API_VERSIONS_STAND_IN = '''"""Stand-in for kafka-broker-api-versions.sh --bootstrap-server B
+--command-config F: signs in to B the way the tool does, with F's security.protocol,
+sasl.mechanism and sasl.jaas.config."""
+import re
+import sys
+
+from venn.broker.security import Credentials, signs_in
+
+args = sys.argv[1:]
+bootstrap = args[args.index("--bootstrap-server") + 1]
+with open(args[args.index("--command-config") + 1]) as config:
+    props = dict(line.split("=", 1) for line in config.read().splitlines() if line)
+assert props["security.protocol"] == "SASL_PLAINTEXT", props
+jaas = re.fullmatch(
+    r'org\\.apache\\.kafka\\.common\\.security\\.plain\\.PlainLoginModule required '
+    r'username="([^"]+)" password="([^"]+)";',
+    props["sasl.jaas.config"],
+)
+assert jaas is not None, "not a PLAIN login line"
+creds = Credentials(jaas.group(1), jaas.group(2), props["sasl.mechanism"])
+sys.exit(0 if signs_in(bootstrap, creds, timeout=5.0) else 1)
+'''
+
+
+@pytest.fixture(scope="module")
+def compose_secrets() -> dict[str, str]:
+    """What the test's environment gives `docker compose`: one value per secret."""
+    return make_secrets()
+
+
+@pytest.fixture(scope="module")
+def compose_kafka(
+    tmp_path_factory: pytest.TempPathFactory, compose_secrets: dict[str, str]
+) -> Iterator[ComposeKafka]:
     """The kafka service's KAFKA_* settings, rendered as the image does, on this Kafka
-    release from its jars: host `kafka` is loopback, ports are free ones, and each listener
-    hands its clients the address compose advertises (kafka:9092 in the network,
-    localhost:29092 on the host)."""
-    import asyncio
-
-    from aiokafka.admin import AIOKafkaAdminClient
-
+    release from its jars: host `kafka` is loopback and ports are free ones."""
     from venn.broker import kafka
 
     reason = kafka.unavailable_reason()
     if reason is not None:
         pytest.skip(f"Apache Kafka cannot run here: {reason}")
-    env = environment_of(load_compose()["services"]["kafka"])
+    home = tmp_path_factory.mktemp("compose-kafka")
+    env = resolved_environment(load_compose()["services"]["kafka"], compose_secrets)
     assert set(IMAGE_DEFAULTED) <= set(env), set(IMAGE_DEFAULTED) - set(env)
+    # The image's start script exits unless KAFKA_OPTS names a JAAS file when an advertised
+    # listener's name holds "SASL_" (docker/resources/common-scripts/configure).
+    if re.search(r"SASL_.*://", env["KAFKA_ADVERTISED_LISTENERS"]):
+        assert "java.security.auth.login.config" in env.get("KAFKA_OPTS", "")
     props = kafka_properties(env)
     ports = {
         int(p): free_port()
@@ -286,14 +541,14 @@ def test_the_kafka_service_configuration_runs_on_apache_kafka(tmp_path: Path) ->
         props[key] = re.sub(
             r":(\d+)(?=,|$)", lambda m: f":{ports[int(m.group(1))]}", props[key]
         ).replace("kafka:", "127.0.0.1:")
-    props["log.dirs"] = str(tmp_path / "data")
-    config = tmp_path / "server.properties"
+    props["log.dirs"] = str(home / "data")
+    config = home / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    (tmp_path / "log4j2.properties").write_text(kafka.LOG4J2)
+    (home / "log4j2.properties").write_text(kafka.LOG4J2)
     java, libs = kafka.java_binary(), kafka.ensure_libs()
     assert java is not None
     classpath = f"{libs}/*"
-    log4j = f"-Dlog4j2.configurationFile={tmp_path / 'log4j2.properties'}"
+    log4j = f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}"
     storage = [java, "-cp", classpath, "kafka.tools.StorageTool", "format"]
     formatted = subprocess.run(
         [*storage, "-t", env["CLUSTER_ID"], "-c", str(config)],
@@ -304,39 +559,27 @@ def test_the_kafka_service_configuration_runs_on_apache_kafka(tmp_path: Path) ->
     )
     assert formatted.returncode == 0, formatted.stdout + formatted.stderr
     server = [java, "-Xms256m", "-Xmx512m", *kafka.JVM_OPTIONS, log4j, "-cp", classpath]
-    log_path = tmp_path / "kafka.log"
+    log_path = home / "kafka.log"
+    admin_password = compose_secrets[security.password_variable(security.ADMIN)]
+    cluster = ComposeKafka(
+        env, ports, Credentials(security.ADMIN, admin_password, security.PLAIN), home, log_path
+    )
     with open(log_path, "wb") as log:
         node = subprocess.Popen(
             [*server, "kafka.Kafka", str(config)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=tmp_path,
+            cwd=home,
         )
-    internal, host = ports[9092], ports[29092]
-
-    async def brokers_seen_through(bootstrap: str) -> list[tuple[str, int]]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
-        await admin.start()
-        try:
-            cluster = await admin.describe_cluster()
-            return [(b["host"], b["port"]) for b in cluster["brokers"]]
-        finally:
-            await admin.close()
-
     try:
         deadline = time.monotonic() + 120
-        while not (
-            metadata_brokers("127.0.0.1", internal, 1.0)
-            and metadata_brokers("127.0.0.1", host, 1.0)
-        ):
-            assert node.poll() is None, log_path.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
-            time.sleep(0.5)
-        assert asyncio.run(brokers_seen_through(f"127.0.0.1:{internal}")) == [
-            ("127.0.0.1", internal)
-        ]
-        assert asyncio.run(brokers_seen_through(f"localhost:{host}")) == [("localhost", host)]
+        for bootstrap in (cluster.bootstrap, cluster.host_bootstrap):
+            while not security.signs_in(bootstrap, cluster.admin, timeout=1.0):
+                assert node.poll() is None, log_path.read_text(errors="replace")[-3000:]
+                assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
+                time.sleep(0.5)
+        yield cluster
     finally:
         node.terminate()
         try:
@@ -344,6 +587,61 @@ def test_the_kafka_service_configuration_runs_on_apache_kafka(tmp_path: Path) ->
         except subprocess.TimeoutExpired:
             node.kill()
             node.wait()
+
+
+async def brokers_seen_through(bootstrap: str, creds: Credentials | None) -> list[tuple[str, int]]:
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=10000, **client_options(creds)
+    )
+    await admin.start()
+    try:
+        cluster = await admin.describe_cluster()
+        return [(b["host"], b["port"]) for b in cluster["brokers"]]
+    finally:
+        await admin.close()
+
+
+def refused(bootstrap: str, creds: Credentials | None) -> bool:
+    try:
+        asyncio.run(brokers_seen_through(bootstrap, creds))
+    except (KafkaConnectionError, KafkaError):
+        return True
+    return False
+
+
+def test_the_kafka_service_configuration_runs_on_apache_kafka(
+    compose_kafka: ComposeKafka, compose_secrets: dict[str, str]
+) -> None:
+    """Secured as `venn up`'s Kafka: the admin signs in with PLAIN on each listener, which
+    hands its clients the address compose advertises (kafka:9092 in the network,
+    localhost:29092 on the host); a client without credentials, with a wrong password, or
+    a service principal with PLAIN is refused; no access without an ACL; the healthcheck
+    signs in with the password of its environment."""
+    cluster, admin = compose_kafka, compose_kafka.admin
+    internal, host = cluster.ports[9092], cluster.ports[29092]
+    assert asyncio.run(brokers_seen_through(cluster.bootstrap, admin)) == [("127.0.0.1", internal)]
+    assert asyncio.run(brokers_seen_through(cluster.host_bootstrap, admin)) == [("localhost", host)]
+    props = kafka_properties(cluster.env)
+    assert props["authorizer.class.name"].endswith(".StandardAuthorizer")
+    assert props["super.users"] == "User:admin"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+
+    wrong = Credentials(security.ADMIN, "not-its-password", security.PLAIN)
+    scheduler = compose_secrets[security.password_variable("scheduler")]
+    for bootstrap in (cluster.bootstrap, cluster.host_bootstrap):
+        assert refused(bootstrap, None), f"{bootstrap} let a client without credentials in"
+        assert refused(bootstrap, wrong)
+    # PLAIN is the admin's alone; SCRAM users exist only once `venn prepare --secure` ran.
+    assert refused(cluster.bootstrap, Credentials("scheduler", scheduler, security.PLAIN))
+    assert refused(cluster.bootstrap, Credentials("scheduler", scheduler))
+
+    assert cluster.healthy(), "the kafka healthcheck fails"
+    assert not cluster.healthy({**cluster.env, "VENN_KAFKA_PASSWORD": "wrong"})
+
+    # A service principal with its SCRAM user, on the host listener (as from the host).
+    security.ensure_users(cluster.bootstrap, admin, {"scheduler": scheduler})
+    creds = Credentials("scheduler", scheduler)
+    assert asyncio.run(brokers_seen_through(cluster.host_bootstrap, creds)) == [("localhost", host)]
 
 
 # -- 3. every service as a local process -----------------------------------------------------
@@ -436,14 +734,19 @@ def local_env(
 
 
 def plan(
-    compose: Mapping[str, Any], broker: str, db_url: str, tmp_path: Path, token: str
+    compose: Mapping[str, Any],
+    broker: str,
+    db_url: str,
+    tmp_path: Path,
+    token: str,
+    variables: Mapping[str, str],
 ) -> dict[str, LocalService]:
     host_env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
     names = "|".join(map(re.escape, compose["services"]))
     leftover = re.compile(rf"(?<![\w.-])({names}):\d+")
     planned: dict[str, LocalService] = {}
     for name, service in ours(compose).items():
-        container_env = {**image_env(), **environment_of(service)}
+        container_env = {**image_env(), **resolved_environment(service, variables)}
         # Each container has its own run dir, which exists only if the image creates it.
         run_dir = tmp_path / name / "run"
         run_dir.parent.mkdir(parents=True)
@@ -498,10 +801,9 @@ def wait_healthy(svc: LocalService) -> None:
         time.sleep(0.5)
 
 
-def infra_ready(name: str, broker: str, db_url: str) -> None:
+def infra_ready(name: str, kafka: ComposeKafka, db_url: str) -> None:
     if name == "kafka":
-        host, port = split_address(broker)
-        assert metadata_brokers(host, port, timeout=5.0), "the session's Kafka does not answer"
+        assert kafka.healthy(), f"the kafka service is not healthy; see {kafka.log_path}"
     else:
         engine = make_engine(db_url)
         try:
@@ -511,12 +813,12 @@ def infra_ready(name: str, broker: str, db_url: str) -> None:
             engine.dispose()
 
 
-def start_in_order(stack: Mapping[str, LocalService], broker: str, db_url: str) -> None:
+def start_in_order(stack: Mapping[str, LocalService], kafka: ComposeKafka, db_url: str) -> None:
     """Start every service once its depends_on conditions hold, in file order."""
     for svc in stack.values():
         for dep, condition in svc.depends_on.items():
-            if dep in INFRA:  # healthy by construction: the session's fixtures
-                infra_ready(dep, broker, db_url)
+            if dep in INFRA:  # started by the fixtures; kafka's own healthcheck is run
+                infra_ready(dep, kafka, db_url)
                 continue
             other = stack[dep]
             if condition == "service_completed_successfully":
@@ -605,18 +907,41 @@ def compose_db(pg_admin_url: str) -> Iterator[str]:
         drop_database(url)
 
 
+async def produce(bootstrap: str, creds: Credentials, topic: str) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, request_timeout_ms=5000, **client_options(creds)
+    )
+    try:
+        await asyncio.wait_for(producer.start(), 15)
+        await asyncio.wait_for(producer.send_and_wait(topic, b"{}"), 15)
+    finally:
+        await producer.stop()
+
+
+def kafka_credentials(svc: LocalService) -> Credentials:
+    """The credentials a service signs in with, from the environment compose gives it."""
+    env = svc.env
+    mechanism = env.get("VENN_KAFKA_MECHANISM", security.MECHANISM)
+    return Credentials(env["VENN_KAFKA_USER"], env["VENN_KAFKA_PASSWORD"], mechanism)
+
+
 def test_every_service_runs_as_compose_starts_it(
-    broker: str, compose_db: str, tmp_path: Path, unique: str
+    compose_kafka: ComposeKafka,
+    compose_secrets: dict[str, str],
+    compose_db: str,
+    tmp_path: Path,
+    unique: str,
 ) -> None:
     compose = load_compose()
-    stack = plan(compose, broker, compose_db, tmp_path, unique)
+    broker = compose_kafka.bootstrap
+    stack = plan(compose, broker, compose_db, tmp_path, unique, compose_secrets)
     assert set(stack) == (CORE | DEMO) - INFRA
     gated = {d for s in stack.values() for d, c in s.depends_on.items() if "completed" in c}
     assert gated == ONE_SHOTS
     started = time.monotonic()
     failed = True
     try:
-        start_in_order(stack, broker, compose_db)
+        start_in_order(stack, compose_kafka, compose_db)
         coordinator = stack["coordinator"]
         rc = wait_exit(coordinator, COORDINATOR_TIMEOUT)
         command = [str(a) for a in compose["services"]["coordinator"]["command"]]
@@ -646,6 +971,13 @@ def test_every_service_runs_as_compose_starts_it(
         assigned = re.search(r"^venn_scheduler_assignments_total (\S+)$", metrics, re.M)
         assert status == 200 and assigned and float(assigned.group(1)) > 0, metrics[:2000]
         assert listens_on_all_addresses(web_port) in (True, None)
+
+        # Each service signed in as itself; the device-facing gateway (like the devices)
+        # may not write job events on this cluster, the coordinator may.
+        for name in ("gateway", "devices"):
+            with pytest.raises(TopicAuthorizationFailedError):
+                asyncio.run(produce(broker, kafka_credentials(stack[name]), topics.JOBS))
+        assert kafka_credentials(stack["gateway"]).user == "gateway"
 
         servers = [s for s in stack.values() if s.name not in ONE_SHOTS | {"coordinator"}]
         exited = {s.name: s.exited() for s in servers if s.exited() is not None}

@@ -4,19 +4,28 @@ events, and a client without credentials is refused.
 
 `venn up` runs Apache Kafka with SCRAM-SHA-256 on its client listener, creates one user per
 principal below (passwords from the environment or, for a local stack, generated into the
-run dir's secrets file, 0600), and grants the ACLs of `ACCESS`. Every Kafka client of Venn
-takes its options from `client_options`.
+run dir's secrets file, 0600), and grants the ACLs of `access`. docker-compose.yml's Kafka
+formats its own storage, so there the admin signs in with PLAIN (a static user of the
+broker's configuration) and `venn prepare --secure` makes the service principals' SCRAM
+users (`ensure_users`, passwords from VENN_KAFKA_PASSWORD_<PRINCIPAL>) and grants the same
+ACLs. Every Kafka client of Venn takes its options from `client_options`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from venn.broker import topics
 
 MECHANISM = "SCRAM-SHA-256"
+"""How every service signs in (and the admin of `venn up`'s Kafka)."""
+PLAIN = "PLAIN"
+"""How the admin of docker-compose's Kafka signs in (its only PLAIN user)."""
+MECHANISMS = (MECHANISM, PLAIN)
+SCRAM_ITERATIONS = 4096  # what kafka-storage.sh --add-scram and kafka-configs.sh use
 SCHEDULER_INPUTS = (topics.CHECKINS, topics.JOBS, topics.ROUNDS, topics.RESULTS, topics.ASSIGNMENTS)
 GATEWAY_ANSWERS = (topics.ASSIGNMENTS, topics.REPLIES)
 ADMIN = "admin"
@@ -25,7 +34,13 @@ ADMIN = "admin"
 @dataclass(frozen=True)
 class Credentials:
     user: str
-    password: str
+    password: str = field(repr=False)
+    mechanism: str = MECHANISM
+    """SASL mechanism: SCRAM-SHA-256, or PLAIN for compose's admin."""
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"SASL mechanism {self.mechanism!r}: one of {', '.join(MECHANISMS)}")
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,25 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
 
 
 PRINCIPALS = (ADMIN, "scheduler", "recorder", "gateway", "coordinator", "devices")
+SERVICES = PRINCIPALS[1:]
+"""The principals with SCRAM users and ACLs (the admin is a super user)."""
+
+
+def password_variable(principal: str) -> str:
+    """The environment variable with ``principal``'s password where the passwords are given,
+    not generated (docker-compose): VENN_KAFKA_PASSWORD_SCHEDULER, ..._ADMIN."""
+    return f"VENN_KAFKA_PASSWORD_{principal.upper()}"
+
+
+def passwords_from_env(
+    environ: Mapping[str, str], principals: tuple[str, ...] = SERVICES
+) -> dict[str, str]:
+    """Principal -> password from each one's `password_variable`; ValueError naming every
+    variable that is unset or empty."""
+    missing = [password_variable(p) for p in principals if not environ.get(password_variable(p))]
+    if missing:
+        raise ValueError(f"set {', '.join(missing)} (one password per Kafka principal)")
+    return {p: environ[password_variable(p)] for p in principals}
 
 
 def client_options(creds: Credentials | None) -> dict[str, Any]:
@@ -92,7 +126,7 @@ def client_options(creds: Credentials | None) -> dict[str, Any]:
         return {}
     return {
         "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": MECHANISM,
+        "sasl_mechanism": creds.mechanism,
         "sasl_plain_username": creds.user,
         "sasl_plain_password": creds.password,
     }
@@ -104,10 +138,67 @@ def librdkafka_options(creds: Credentials | None) -> dict[str, str]:
         return {}
     return {
         "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": MECHANISM,
+        "sasl.mechanism": creds.mechanism,
         "sasl.username": creds.user,
         "sasl.password": creds.password,
     }
+
+
+def signs_in(bootstrap: str, creds: Credentials | None, timeout: float = 5.0) -> bool:
+    """Whether ``creds`` (None: no SASL) get a metadata answer from ``bootstrap`` within
+    ``timeout`` seconds: signed in (a principal without any ACL still gets the brokers)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    client = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "log_level": 0,  # a refused sign-in is the answer, not noise
+            **librdkafka_options(creds),
+        }
+    )
+    try:
+        return bool(client.list_topics(timeout=timeout).brokers)
+    except KafkaException:
+        return False
+
+
+def ensure_users(
+    bootstrap: str, admin: Credentials, passwords: Mapping[str, str], timeout: float = 30.0
+) -> list[str]:
+    """As ``admin``, create or update the SCRAM-SHA-256 user of each principal in
+    ``passwords`` (principal -> password), then wait until each of them signs in (a new
+    credential reaches the brokers through the cluster metadata). Returns the users."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialAlteration,
+        UserScramCredentialUpsertion,
+    )
+
+    unknown = set(passwords) - set(SERVICES)
+    if unknown:
+        raise ValueError(f"not Venn principals: {', '.join(sorted(unknown))}")
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, SCRAM_ITERATIONS)
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(user, info, password.encode())
+        for user, password in passwords.items()
+    ]
+    if not upserts:
+        return []
+    client = AdminClient(
+        {"bootstrap.servers": bootstrap, "log_level": 2, **librdkafka_options(admin)}
+    )
+    for future in client.alter_user_scram_credentials(upserts, request_timeout=timeout).values():
+        future.result(timeout)
+    deadline = time.monotonic() + timeout
+    for user, password in passwords.items():
+        while not signs_in(bootstrap, Credentials(user, password), timeout=2.0):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{user} cannot sign in at {bootstrap} after {timeout:.0f} s")
+            time.sleep(0.2)
+    return list(passwords)
 
 
 def apply_acls(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Mapping
 from typing import Annotated
 
 import typer
@@ -104,21 +105,55 @@ def demo(
 
 def prepare(
     migrate: Annotated[bool, typer.Option(help="also run the DB migrations")] = False,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            help="first, as the admin (VENN_KAFKA_USER, VENN_KAFKA_PASSWORD, "
+            "VENN_KAFKA_MECHANISM), create or update each service principal's SCRAM user "
+            "with the password of VENN_KAFKA_PASSWORD_<PRINCIPAL> and grant its ACLs"
+        ),
+    ] = False,
 ) -> None:
     """Create every topic (scheduler changelogs included) on VENN_BROKER; optionally migrate.
 
     Run it before any service starts: a broker that auto-creates topics would give them the
-    wrong partition count for Faust.
+    wrong partition count for Faust. With --secure (docker-compose's Kafka, where users
+    cannot be made with the storage) it also makes the service principals' SCRAM users and
+    grants their ACLs (venn.broker.security), idempotently.
     """
     from venn.stack.local import prepare as prepare_all
     from venn.stack.local import prepare_topics
 
     settings = Settings.from_env()
+    console = Console()
+    if secure:
+        users, acls = secure_kafka(settings, os.environ)
+        console.print(
+            f"users {', '.join(users)} and {acls} ACLs ready on {settings.broker}", soft_wrap=True
+        )
     if migrate:
         prepare_all(settings)
     else:
         asyncio.run(prepare_topics(settings))
-    Console().print(f"topics ready on {settings.broker}")
+    console.print(f"topics ready on {settings.broker}")
+
+
+def secure_kafka(settings: Settings, environ: Mapping[str, str]) -> tuple[list[str], int]:
+    """`venn prepare --secure`: the SCRAM users and ACLs of every service principal, made by
+    the admin of ``settings``. Exits 2 with one line when a credential is missing."""
+    from venn.broker import security
+
+    admin = settings.for_role(security.ADMIN).kafka_credentials
+    try:
+        if admin is None:
+            raise ValueError("set VENN_KAFKA_USER and VENN_KAFKA_PASSWORD to the Kafka admin's")
+        passwords = security.passwords_from_env(environ)
+    except ValueError as exc:
+        Console(stderr=True).print(f"venn prepare --secure: {exc}")
+        raise typer.Exit(2) from None
+    users = security.ensure_users(settings.broker, admin, passwords)
+    acls = security.apply_acls(settings.broker, admin, settings.app_id, settings.recorder_group)
+    return users, acls
 
 
 def register(app: typer.Typer) -> None:
