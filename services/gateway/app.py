@@ -307,7 +307,7 @@ class Gateway:
                 positions = [await consumer.position(tp) for tp in follow]
                 if all(pos >= ends.get(tp, 0) for tp, pos in zip(follow, positions, strict=True)):
                     self.view_ready = True
-                    log.info("demand view ready: %d jobs", len(self.view.jobs))
+                    log.info("demand view ready: %d jobs", len(self.view))
 
     def _on_declined(self, event: ev.CheckinsDeclined) -> None:
         if event.reply_to != self.id:

@@ -17,75 +17,56 @@ that was sent away.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from venn import events as ev
+from venn.core.lifecycle import Applied, JobBook, JobLife
 from venn.core.model import Requirement
 
 
-@dataclass
-class _Job:
-    requirement: Requirement
-    round_index: int = -1
-    remaining: int = 0
-    open: bool = False
-    seen: set[str] = field(default_factory=set)
-
-
 class DemandView:
+    """Open rounds and their remaining demand: the core's lifecycle fold over venn.jobs and
+    venn.rounds (its replay rules, not a copy of them), less the assignments seen."""
+
     def __init__(self) -> None:
-        self.jobs: dict[str, _Job] = {}
-        self.removed: set[str] = set()
+        self.book = JobBook()
+        self.used: dict[tuple[str, int], set[str]] = {}
+        """(job, open attempt) -> ids of the assignments seen for it."""
         self._open: tuple[Requirement, ...] | None = None
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event of venn.jobs, venn.rounds or venn.assignments into the view."""
-        if isinstance(event, ev.AssignmentBatch):
-            for assignment in ev.assignments_of(event):
-                self.apply(assignment)
+        assignments = ev.assignments_of(event)
+        if assignments:
+            for a in assignments:
+                attempt = self.book.get(a.job_id).open_attempt
+                if attempt is not None and attempt.index == a.round_index:
+                    self.used.setdefault((a.job_id, a.round_index), set()).add(a.event_id)
+                    self._open = None
             return
-        if isinstance(event, ev.JobRegistered):
-            if event.job_id not in self.jobs and event.job_id not in self.removed:
-                self.jobs[event.job_id] = _Job(Requirement.of(event.requirement))
-            return
-        if isinstance(event, ev.JobCancelled | ev.JobFinished):
-            self.removed.add(event.job_id)
-            if self.jobs.pop(event.job_id, None) is not None:
-                self._open = None
-            return
-        job = self.jobs.get(getattr(event, "job_id", ""))
-        if job is None:
-            return
-        if isinstance(event, ev.RoundRequested):
-            # Round indices only grow (a failed round's retry is a new index): an equal
-            # or smaller one is a replay.
-            if event.round_index > job.round_index:
-                job.round_index = event.round_index
-                job.remaining = event.demand
-                job.open = True
-                job.seen = set()
-                self._open = None
-        elif isinstance(event, ev.RoundClosed):
-            if event.round_index >= job.round_index and job.open:
-                job.round_index = event.round_index
-                job.open = False
-                self._open = None
-        elif (
-            isinstance(event, ev.Assignment)
-            and job.open
-            and event.round_index == job.round_index
-            and event.event_id not in job.seen
-        ):
-            job.seen.add(event.event_id)
-            job.remaining -= 1
-            if job.remaining <= 0:
-                self._open = None
+        if self.book.apply(event) is Applied.CHANGED:
+            self._open = None
+
+    def remaining(self, life: JobLife) -> int:
+        attempt = life.open_attempt
+        if attempt is None or life.registered is None:
+            return 0
+        return attempt.demand - len(self.used.get((life.job_id, attempt.index), ()))
+
+    def is_open(self, job_id: str) -> bool:
+        return self.remaining(self.book.get(job_id)) > 0
+
+    def __len__(self) -> int:
+        return len(self.book.jobs)
 
     def open_requirements(self) -> tuple[Requirement, ...]:
         """Distinct requirements of the rounds that are open with demand left."""
         if self._open is None:
             self._open = tuple(
-                {j.requirement for j in self.jobs.values() if j.open and j.remaining > 0}
+                {
+                    Requirement.of(life.registered.requirement)
+                    for life in self.book.jobs.values()
+                    if life.registered is not None and self.remaining(life) > 0
+                }
             )
         return self._open
 

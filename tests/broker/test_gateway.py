@@ -157,8 +157,7 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None
 
 async def round_open(server: GatewayServer, job_id: str) -> None:
     """Until the gateway's demand view has seen the job's round open."""
-    jobs = server.gateway.view.jobs
-    await wait_for(lambda: job_id in jobs and jobs[job_id].open, 10)
+    await wait_for(lambda: server.gateway.view.is_open(job_id), 10)
 
 
 async def assigned(
