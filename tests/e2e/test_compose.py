@@ -743,7 +743,8 @@ def plan(
 ) -> dict[str, LocalService]:
     host_env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
     names = "|".join(map(re.escape, compose["services"]))
-    leftover = re.compile(rf"(?<![\w.-])({names}):\d+")
+    # A host:port, not a user:password in a URL (a password may begin with digits).
+    leftover = re.compile(rf"(?<![\w.-])({names}):\d+(?![\w@:.-])")
     planned: dict[str, LocalService] = {}
     for name, service in ours(compose).items():
         container_env = {**image_env(), **resolved_environment(service, variables)}
