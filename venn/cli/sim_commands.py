@@ -99,15 +99,47 @@ def reproduce(
     report_only: Annotated[
         bool, typer.Option(help="only regenerate the report and plots from the JSON")
     ] = False,
+    fairness: Annotated[
+        bool,
+        typer.Option(
+            help="instead of Table 1: venn with epsilon 0, 0.5, 1, 2, 4 (paper Fig 14) on "
+            "--workloads (default even, low); <out>/fairness.json and fairness.png"
+        ),
+    ] = False,
+    bound: Annotated[
+        bool,
+        typer.Option(
+            help="instead of Table 1: the LP lower bound on the average JCT of any policy, "
+            "per workload (default all five); <out>/bound.json"
+        ),
+    ] = False,
 ) -> None:
-    """All policies over the Table 1 workloads: speed-ups vs the paper, report and plots."""
-    from venn.sim.reproduce import report_from_json, run_reproduction
+    """All policies over the Table 1 workloads: speed-ups vs the paper, report and plots.
+
+    With --fairness or --bound, only those are run (Table 1 runs of the same scales in
+    <out>/reproduction.json are reused), and the report is regenerated with them."""
+    from venn.sim.reproduce import TABLE1_WORKLOADS, report_from_json, run_reproduction
 
     if report_only:
         report_from_json(out)
         return
     if rounds_scale <= 0 or (arrival_scale is not None and arrival_scale <= 0):
         raise typer.BadParameter("scales must be positive")
+    if fairness or bound:
+        a_scale = rounds_scale if arrival_scale is None else arrival_scale
+        if fairness:
+            from venn.sim.fairness_sweep import FAIRNESS_WORKLOADS, run_fairness
+
+            names = workloads or list(FAIRNESS_WORKLOADS)
+            run_fairness(out, jobs, rounds_scale, a_scale, processes, console, names)
+        if bound:
+            from venn.sim.bound_report import run_bounds
+
+            names = workloads or list(TABLE1_WORKLOADS)
+            run_bounds(out, names, jobs, rounds_scale, a_scale, console)
+        if (out / "reproduction.json").is_file():
+            report_from_json(out)
+        return
     run_reproduction(
         workloads, jobs, processes, out, rounds_scale, console, arrival_scale, resume=resume
     )

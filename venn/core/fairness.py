@@ -1,10 +1,16 @@
 """The epsilon fairness knob.
 
 Fair-share JCT of job i is T_i = M * sd_i (M concurrent jobs, sd_i its JCT alone). We
-read "service received" as progress: rho_i = (share of its rounds done) / (share of its
-fair-share JCT elapsed). A job behind its fair share (rho < 1) gets priority through
-d'_i = d_i * rho_i^eps, and a group's queue counts (1/rho_group)^eps more. eps = 0 is
-pure IRS.
+read t_i, the "service received", as the job's completed rounds, and compare it with the
+service its fair share would have given it by now: rho_i = (share of its rounds done) /
+(share of its fair-share JCT elapsed). A job behind its fair share (rho < 1) gets
+priority through d'_i = d_i * rho_i^eps, and a group's queue counts (1/rho_group)^eps
+more. eps = 0 is pure IRS.
+
+Only completed rounds count. A round is all or nothing (80% of D before the deadline),
+and counting the devices of the open round as service made a job fall behind the others
+as its round filled: the round then starved half-filled and failed, again and again (at
+eps = 1 on Low, x0.1, 19 of 50 jobs finished, against 46 with completed rounds).
 """
 
 from __future__ import annotations

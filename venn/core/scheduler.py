@@ -366,7 +366,8 @@ class Scheduler:
             eligible_rate = rate * share
             resp = mean(js.response_times) if js.response_times else js.spec.workload_s
             per_round = (js.spec.demand / eligible_rate if eligible_rate > 0 else 0.0) + resp
-            done = (js.rounds_done + js.assigned / max(1, js.demand)) / js.spec.rounds
+            # Service received: completed rounds only (venn.core.fairness says why).
+            done = js.rounds_done / js.spec.rounds
             p = Progress(now - js.registered_at, done, js.spec.rounds * per_round)
             out[js.idx] = progress_ratio(p, concurrent)
         return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,12 @@ def _setup(
 
 
 def _one(
-    workload: str, policy: str, jobs: int, rounds_scale: float, arrival_scale: float
+    workload: str,
+    policy: str,
+    jobs: int,
+    rounds_scale: float,
+    arrival_scale: float,
+    fairness_eps: float = 0.0,
 ) -> dict[str, Any]:
     """One (workload, policy) run, or every job alone when ``policy == ISOLATED``."""
     wl, specs = _setup(workload, jobs, rounds_scale, arrival_scale)
@@ -101,7 +106,12 @@ def _one(
         # None: the job does not finish even alone within the horizon (keeps the JSON standard).
         jct_by_job = {k: (v if math.isfinite(v) else None) for k, v in iso.items()}
         return {"workload": workload, "policy": ISOLATED, "jct_by_job": jct_by_job}
-    cfg = SimConfig(policy=policy, seed=wl.seed, horizon_s=horizon_of(wl, policy, rounds_scale))
+    cfg = SimConfig(
+        policy=policy,
+        seed=wl.seed,
+        horizon_s=horizon_of(wl, policy, rounds_scale),
+        fairness_eps=fairness_eps,
+    )
     run = run_jobs(specs, source_for, cfg)
     out = summarise(run, None, {"workload": workload}, censor_at=common)
     out["jcts"] = [j.jct for j in run.jobs if j.jct is not None]
@@ -365,7 +375,14 @@ def _previous_analysis(path: Path) -> str:
     return "(No analysis written yet.)"
 
 
-def report_text(results: Results, meta: dict[str, Any], names: list[str], analysis: str) -> str:
+def report_text(
+    results: Results,
+    meta: dict[str, Any],
+    names: list[str],
+    analysis: str,
+    sections: Sequence[str] = (),
+) -> str:
+    """The report; ``sections`` (lines: the fairness sweep, the bound) go before the plots."""
     rs, a_s, jobs = meta["rounds_scale"], meta["arrival_scale"], meta["jobs"]
     missing = [
         (w, p) for w in names for p in (ISOLATED, *POLICY_ORDER) if p not in results.get(w, {})
@@ -506,6 +523,7 @@ def report_text(results: Results, meta: dict[str, Any], names: list[str], analys
         "| --- | --- | --- | --- | --- |",
         *[f"| {w} | {p} | {c} | {s:.2f} | {pp:.2f} |" for w, p, c, s, pp in devs],
         "",
+        *sections,
         "## Plots",
         "",
         "![speed-up over Random](speedup.png)",
@@ -522,10 +540,31 @@ def report_text(results: Results, meta: dict[str, Any], names: list[str], analys
     return "\n".join(lines)
 
 
+def extra_sections(results: Results, out: Path, meta: dict[str, Any]) -> list[str]:
+    """The fairness and bound sections, from ``<out>/fairness.json`` and
+    ``<out>/bound.json`` when they hold runs of the report's scales."""
+    from venn.sim import bound_report, fairness_sweep
+
+    lines: list[str] = []
+    for name in ("fairness.json", "bound.json"):
+        path = out / name
+        if not path.is_file():
+            continue
+        data = json.loads(path.read_text())
+        if data.get("meta") != meta:
+            continue
+        if name == "fairness.json":
+            lines += fairness_sweep.report_section(data["runs"], meta)
+        else:
+            lines += bound_report.report_section(data["bounds"], results, POLICY_ORDER, meta)
+    return lines
+
+
 def write_report(results: Results, out: Path, meta: dict[str, Any], names: list[str]) -> None:
     path = out / "reproduction.md"
     analysis = _previous_analysis(path)
-    path.write_text(report_text(results, meta, names, analysis))
+    sections = extra_sections(results, out, meta)
+    path.write_text(report_text(results, meta, names, analysis, sections))
 
 
 def report_from_json(out: Path) -> None:
@@ -534,6 +573,13 @@ def report_from_json(out: Path) -> None:
     results: Results = data["results"]
     write_report(results, out, data["meta"], list(results))
     plot(results, out)
+    fairness = out / "fairness.json"
+    if fairness.is_file():
+        from venn.sim.fairness_sweep import plot_fairness
+
+        sweep = json.loads(fairness.read_text())
+        if sweep.get("meta") == data["meta"]:
+            plot_fairness(sweep["runs"], out)
 
 
 def plot(results: Results, out: Path) -> None:
