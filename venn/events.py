@@ -293,8 +293,10 @@ ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
     topics.DEAD_LETTERS: (DeadLetter,),
     topics.REPLIES: (CheckinsDeclined,),
     topics.REVOCATIONS: (TokenRevoked,),
+    topics.STATUS: (),
 }
-"""Which event types each topic may carry."""
+"""Which event types each topic may carry (venn.status carries no events: the scheduler's
+snapshots, `venn.core.status.SchedulerStatus`)."""
 
 DEFAULT_MAX_BYTES = 65536
 

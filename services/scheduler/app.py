@@ -45,6 +45,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.scheduler import metrics
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.state import Rejected, SchedulerState
+from services.scheduler.status import STATUS_INTERVAL_S, publish_status
 from services.scheduler.transport import OutputProducer, SchedulerApp
 from venn import events as ev
 from venn.auth.revocations import follow_revocations
@@ -321,6 +322,10 @@ def create_app(
             log.warning("expiring job %s: %s", job_id, expired.reason)
             metrics.EXPIRED.inc()
             send(topics.JOBS, ev.key_of(expired), ev.encode(expired))
+
+    @app.timer(interval=STATUS_INTERVAL_S)
+    async def _status() -> None:
+        publish_status(state, send, time.time())
 
     @app.timer(interval=5.0)
     async def _lag() -> None:

@@ -63,6 +63,7 @@ def test_default_topic_catalogue() -> None:
         "venn.dead-letters",
         "venn.replies",
         "venn.revocations",
+        "venn.status",
     )
     assert changelog_topic("venn-scheduler", "jobs") == "venn-scheduler-jobs-changelog"
 

@@ -58,12 +58,13 @@ async def test_a_client_without_credentials_is_refused(secured: str) -> None:
 @pytest.mark.parametrize(
     ("principal", "allowed", "refused"),
     [
-        ("gateway", topics.CHECKINS, topics.JOBS),  # device-facing: no job events
+        ("gateway", topics.JOBS, topics.ASSIGNMENTS),  # the job API submits, never assigns
         ("gateway", topics.RESULTS, topics.ROUNDS),
         ("devices", topics.CHECKINS, topics.ASSIGNMENTS),
         ("coordinator", topics.JOBS, topics.CHECKINS),
         ("coordinator", topics.ROUNDS, topics.ASSIGNMENTS),
         ("scheduler", topics.ASSIGNMENTS, topics.CHECKINS),
+        ("scheduler", topics.STATUS, topics.RESULTS),
         ("recorder", topics.DEAD_LETTERS, topics.ROUNDS),
     ],
 )

@@ -68,7 +68,14 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.REVOCATIONS,
             ),
             # venn.jobs: the expiry of a silent job, ordered with the job's other events
-            write=(topics.ASSIGNMENTS, topics.REPLIES, topics.DEAD_LETTERS, topics.JOBS),
+            # venn.status: the plan and supply snapshot the job API reads
+            write=(
+                topics.ASSIGNMENTS,
+                topics.REPLIES,
+                topics.DEAD_LETTERS,
+                topics.JOBS,
+                topics.STATUS,
+            ),
             prefixes=(f"{app_id}-",),
             groups=(app_id,),
         ),
@@ -84,8 +91,11 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.JOBS,
                 topics.ROUNDS,
                 topics.REVOCATIONS,
+                topics.STATUS,
             ),
-            write=(topics.CHECKINS, topics.RESULTS, topics.DEAD_LETTERS),
+            # venn.jobs: the job API's submissions and cancels (each with a job token the
+            # gateway issued for that job alone; the scheduler checks it)
+            write=(topics.CHECKINS, topics.RESULTS, topics.DEAD_LETTERS, topics.JOBS),
         ),
         "coordinator": Access(
             read=(topics.ASSIGNMENTS, topics.RESULTS, topics.JOBS, topics.ROUNDS),

@@ -36,6 +36,10 @@ REVOCATIONS = "venn.revocations"
 """Revoked API tokens (key: the token id). Every service that checks tokens follows it from
 the beginning; compacted, so a revocation outlives any retention."""
 
+STATUS = "venn.status"
+"""Scheduler -> job API and dashboard: a snapshot of the plan and the supply every few
+seconds (`venn.core.status`). Key "plan"; compacted, so a reader starts from the latest."""
+
 ALL_TOPICS: tuple[str, ...] = (
     CHECKINS,
     JOBS,
@@ -45,6 +49,7 @@ ALL_TOPICS: tuple[str, ...] = (
     DEAD_LETTERS,
     REPLIES,
     REVOCATIONS,
+    STATUS,
 )
 
 DEAD_LETTER_OWNER: dict[str, str] = {
@@ -55,12 +60,16 @@ DEAD_LETTER_OWNER: dict[str, str] = {
     ASSIGNMENTS: "scheduler",
     REPLIES: "gateway",
     REVOCATIONS: "scheduler",
+    STATUS: "gateway",
 }
 """The one service that dead-letters a malformed record of each topic, so every bad record
 gets exactly one dead letter; every other reader skips it and counts it. (The scheduler
 reads every input; a reply is dead-lettered by the gateway it is addressed to.)"""
 
-TOPIC_CONFIGS: dict[str, dict[str, str]] = {REVOCATIONS: {"cleanup.policy": "compact"}}
+TOPIC_CONFIGS: dict[str, dict[str, str]] = {
+    REVOCATIONS: {"cleanup.policy": "compact"},
+    STATUS: {"cleanup.policy": "compact"},
+}
 """Topic-level settings given at creation."""
 
 _TOPIC_ALREADY_EXISTS = 36

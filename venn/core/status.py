@@ -1,0 +1,191 @@
+"""What the scheduler's plan and supply look like from outside: a small snapshot the
+scheduler publishes on venn.status (compacted) and the job API reads.
+
+Pure: built from a core `Scheduler` and its current dispatch table; no I/O, no clock.
+
+- A *job group* is the set of jobs with one requirement (the IRS problem's groups).
+- A *device group* is a signature: the devices eligible for the same job groups.
+- The plan says, per device group, which job groups its devices are offered to now (the
+  head of each row of the dispatch table, every candidate when the policy picks
+  uniformly), and per job which open job is served where. That is enough to tell why an
+  open round waits: no device group is eligible for it (no supply), its group gets no
+  device group (starved by the plan), or its group is fed but others of it come first
+  (outranked).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+import numpy as np
+
+from venn.core.dispatch import DispatchTable
+from venn.core.scheduler import Scheduler
+
+WaitReason = Literal["no_eligible_supply", "group_starved", "outranked"]
+
+
+class DeviceGroup(msgspec.Struct, frozen=True):
+    signature: int
+    eligible_groups: list[int]
+    """Job groups its devices meet the requirement of."""
+    checkins_in_window: int
+    """Check-ins of the supply window (the last ``window`` check-ins) from this group."""
+    checkin_rate_per_s: float
+    feeds: list[int]
+    """Job groups the plan offers its devices to now."""
+
+
+class JobGroup(msgspec.Struct, frozen=True):
+    group: int
+    requirement: dict[str, float]
+    open_jobs: list[str]
+    """Jobs of the group with an open round and demand left."""
+    fed_by: list[int]
+    """Device groups (signatures) the plan gives it now."""
+    eligible_rate_per_s: float
+    """Check-ins per second from devices eligible for it."""
+
+
+class JobPlacement(msgspec.Struct, frozen=True):
+    job_id: str
+    group: int
+    round_open: bool
+    remaining: int
+    served: bool
+    """Listed on some row of the dispatch table: the next eligible device may go to it."""
+
+
+class SchedulerStatus(msgspec.Struct, frozen=True, tag="scheduler_status"):
+    time: float
+    worker: str
+    policy: str
+    window: int
+    """Check-ins the supply figures are taken over."""
+    checkin_rate_per_s: float
+    busy_devices: int
+    """Devices holding an assignment."""
+    device_groups: list[DeviceGroup]
+    job_groups: list[JobGroup]
+    jobs: list[JobPlacement]
+
+    def job(self, job_id: str) -> JobPlacement | None:
+        return next((j for j in self.jobs if j.job_id == job_id), None)
+
+    def group(self, group: int) -> JobGroup | None:
+        return next((g for g in self.job_groups if g.group == group), None)
+
+
+def _served_by_row(table: DispatchTable | None) -> list[set[int]]:
+    """Per signature, the job indices the table lists (any tier)."""
+    if table is None or table.counts.size == 0:
+        return []
+    out: list[set[int]] = []
+    for sig in range(table.counts.shape[0]):
+        listed: set[int] = set()
+        for tier in range(table.counts.shape[1]):
+            n = int(table.counts[sig, tier])
+            listed.update(int(j) for j in table.candidates[sig, tier, :n] if j >= 0)
+        out.append(listed)
+    return out
+
+
+def scheduler_status(
+    core: Scheduler, table: DispatchTable | None, now: float, worker: str, policy: str
+) -> SchedulerStatus:
+    """The snapshot of ``core`` with ``table``, its current dispatch table (None: no job is
+    counted as served)."""
+    index = core.index
+    sig_matrix = index.signature_matrix  # [signatures, groups]
+    num_sigs, num_groups = int(sig_matrix.shape[0]), index.num_groups
+    window = core.supply.window_slots()
+    if window.size and index.num_slots:
+        sigs = index.signature_of_slot[window]
+        counts = np.bincount(sigs, minlength=num_sigs)[:num_sigs]
+    else:
+        counts = np.zeros(num_sigs, dtype=np.int64)
+    rate = core.supply.rate_per_s()
+    total = int(counts.sum())
+    share = counts / total if total else np.zeros(num_sigs)
+    rows = _served_by_row(table)
+    by_idx = core.by_idx
+    feeds: list[list[int]] = []
+    for sig in range(num_sigs):
+        listed = rows[sig] if sig < len(rows) else set()
+        feeds.append(sorted({by_idx[j].group for j in listed if j < len(by_idx)}))
+    served = set().union(*rows) if rows else set()
+    device_groups = [
+        DeviceGroup(
+            signature=sig,
+            eligible_groups=[int(g) for g in np.flatnonzero(sig_matrix[sig])],
+            checkins_in_window=int(counts[sig]),
+            checkin_rate_per_s=round(float(rate * share[sig]), 4),
+            feeds=feeds[sig],
+        )
+        for sig in range(num_sigs)
+    ]
+    open_by_group: dict[int, list[str]] = {}
+    placements = []
+    for js in core.jobs.values():
+        if js.finished:
+            continue
+        open_round = js.round_open and js.remaining > 0
+        if open_round:
+            open_by_group.setdefault(js.group, []).append(js.spec.job_id)
+        placements.append(
+            JobPlacement(js.spec.job_id, js.group, open_round, js.remaining, js.idx in served)
+        )
+    job_groups = []
+    for g in range(num_groups):
+        eligible = sig_matrix[:, g] if num_sigs else np.zeros(0, dtype=bool)
+        job_groups.append(
+            JobGroup(
+                group=g,
+                requirement=index.requirements[g].as_dict(),
+                open_jobs=sorted(open_by_group.get(g, [])),
+                fed_by=[s for s in range(num_sigs) if g in feeds[s]],
+                eligible_rate_per_s=round(float(rate * share[eligible].sum()), 4)
+                if num_sigs
+                else 0.0,
+            )
+        )
+    return SchedulerStatus(
+        time=now,
+        worker=worker,
+        policy=policy,
+        window=int(window.size),
+        checkin_rate_per_s=round(rate, 4),
+        busy_devices=len(core.active_devices),
+        device_groups=device_groups,
+        job_groups=job_groups,
+        jobs=placements,
+    )
+
+
+def wait_reason(status: SchedulerStatus, job_id: str) -> WaitReason | None:
+    """Why an open round of ``job_id`` gets no device now (None: it is served, or the
+    snapshot does not know the job's open round)."""
+    placement = status.job(job_id)
+    if placement is None or not placement.round_open or placement.served:
+        return None
+    group = status.group(placement.group)
+    eligible = [d for d in status.device_groups if placement.group in d.eligible_groups]
+    if group is None or not eligible or not any(d.checkins_in_window for d in eligible):
+        return "no_eligible_supply"
+    if not group.fed_by:
+        return "group_starved"
+    return "outranked"
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(SchedulerStatus)
+
+
+def encode_status(status: SchedulerStatus) -> bytes:
+    return _encoder.encode(status)
+
+
+def decode_status(raw: bytes) -> SchedulerStatus:
+    """The snapshot in ``raw``; msgspec.ValidationError/DecodeError if it is not one."""
+    return _decoder.decode(raw)
