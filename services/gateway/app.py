@@ -28,7 +28,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
@@ -53,7 +53,7 @@ from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
 from venn.broker.topics import ensure_topics
-from venn.metrics import CONTENT_TYPE, StatsCollector, exposition
+from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
 from venn.settings import Settings
 
 log = logging.getLogger("venn.gateway")
@@ -99,6 +99,12 @@ class GatewayStats:
     enrolled: int = 0
     """Requests refused at once because the broker was unavailable."""
     """Malformed records read (dead-lettered here only when addressed to this gateway)."""
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict, metadata=labelled("reason"))
+    """Dead letters this gateway published, by InvalidEvent kind."""
+    consumer_lag: dict[tuple[str, str], int] = field(
+        default_factory=dict, metadata=labelled("topic", "partition", kind="gauge")
+    )
+    """(topic, partition) -> records of the answers consumer not read yet."""
 
 
 def _expire(fut: asyncio.Future[Any]) -> None:
@@ -266,6 +272,7 @@ class Gateway:
         consumer = self.consumer
         assert consumer is not None
         max_bytes = self.settings.max_event_bytes
+        lag_due = 0.0
         while True:
             try:
                 batches = await consumer.getmany(timeout_ms=200, max_records=5000)
@@ -275,6 +282,9 @@ class Gateway:
                 log.exception("assignments consumer failed; retrying")
                 await asyncio.sleep(0.5)
                 continue
+            if time.monotonic() >= lag_due:
+                lag_due = time.monotonic() + 1.0
+                self.stats.consumer_lag = await consumer_lag(consumer)
             followed = False
             for tp, messages in batches.items():
                 allowed = ev.ALLOWED_ON[tp.topic]
@@ -288,6 +298,8 @@ class Gateway:
                         if tp.topic == topics.REPLIES and m.key == self.id.encode():
                             # Replies addressed to this gateway are its own to dead-letter;
                             # everything else read here has another owner.
+                            reasons = self.stats.dead_letter_reasons
+                            reasons[exc.kind] = reasons.get(exc.kind, 0) + 1
                             await self._dead_letter(m.value, exc.reason, tp, m.offset)
                         continue
                     if isinstance(event, ev.CheckinsDeclined):
@@ -553,7 +565,7 @@ class Gateway:
             "pending": len(self.pending),
             "loop_lag_ms": round(self.lag_s * 1000, 1),
             "uptime_s": round(time.time() - self.started_at, 3),
-            "stats": asdict(self.stats),
+            "stats": {k: v for k, v in asdict(self.stats).items() if k != "consumer_lag"},
         }
 
 

@@ -45,6 +45,7 @@ from venn.events import (
     decode,
     encode,
 )
+from venn.metrics import consumer_lag, labelled
 from venn.settings import Settings
 
 log = logging.getLogger("venn.recorder")
@@ -85,6 +86,12 @@ class RecorderStats:
     """Valid events this service has no use for (e.g. round_requested)."""
     db_retries: int = 0
     reasons: list[str] = field(default_factory=list)
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict, metadata=labelled("reason"))
+    """Dead letters by kind: refused_by_database, conflicting_close."""
+    consumer_lag: dict[tuple[str, str], int] = field(
+        default_factory=dict, metadata=labelled("topic", "partition", kind="gauge")
+    )
+    """(topic, partition) -> records not read yet (high watermark - position)."""
 
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
@@ -275,6 +282,7 @@ async def run_recorder(
     try:
         while not stop_event.is_set():
             records = await consumer.getmany(timeout_ms=300, max_records=max_records)
+            stats.consumer_lag = await consumer_lag(consumer)
             if not records:
                 continue
             batch = _classify(records, names, settings.max_event_bytes, stats, tokens)
@@ -292,6 +300,9 @@ async def run_recorder(
             stats.dead_letters += len(refused)
             stats.ignored += len(batch.events) - useful
             stats.reasons.extend(reason for _, reason in refused)
+            for _, reason in refused:
+                kind = dead_letter_kind(reason)
+                stats.dead_letter_reasons[kind] = stats.dead_letter_reasons.get(kind, 0) + 1
     finally:
         if revocations is not None:
             revocations.cancel()
@@ -301,6 +312,11 @@ async def run_recorder(
         await producer.stop()
         engine.dispose()
     return stats
+
+
+def dead_letter_kind(reason: str) -> str:
+    """The label of a recorder dead letter's reason (see ``_record``)."""
+    return "conflicting_close" if reason.startswith("conflicting close") else "refused_by_database"
 
 
 def _is_audited(event: Event) -> bool:

@@ -255,8 +255,8 @@ def create_app(
         return out
 
     def on_round(event: ev.Event, partition: int, now: float) -> None:
-        state.on_round_event(event, partition, now)
-        if isinstance(event, ev.RoundClosed):
+        closed = state.on_round_event(event, partition, now)
+        if closed and isinstance(event, ev.RoundClosed):  # a second close is not counted
             metrics.ROUND_OUTCOMES.labels(event.outcome).inc()
             metrics.ROUND_FILL.observe(event.sched_delay_s)
 

@@ -39,3 +39,9 @@ LAG = Gauge(
     "Records of an input partition not read yet (high watermark - next offset)",
     ["topic", "partition"],
 )
+PLAN_RECOMPUTE = Histogram(
+    "venn_scheduler_plan_recompute_seconds",
+    "Time of the core's plan recompute and dispatch-table compile (one observation per "
+    "compile, measured around the check-in decision that triggered it)",
+    buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)

@@ -31,12 +31,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import time
 from collections.abc import Callable, Collection, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from services.scheduler import metrics
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
 from venn import events as ev
@@ -305,12 +307,14 @@ class SchedulerState:
         self._save(job_id, partition, removed=True)
 
     # -- venn.rounds -------------------------------------------------------------------
-    def on_round_event(self, event: ev.Event, partition: int, now: float) -> None:
+    def on_round_event(self, event: ev.Event, partition: int, now: float) -> bool:
+        """Apply a round close or a job's end; True when it closed the job's open round
+        (not a replay, nor a second close of the same attempt)."""
         self._authorize(event)
         self._heard_of(event, now)
         if isinstance(event, ev.RoundClosed):
             if not self._known(event.job_id):
-                return
+                return False
             ledger = self.ledgers.get(event.job_id)
             found = ledger.results.values() if ledger is not None else ()
             results = [r for r in found if r is not None]
@@ -325,8 +329,10 @@ class SchedulerState:
             if closed:
                 self._end_round_rows(event.job_id)
                 self._save(event.job_id, partition)
-        elif isinstance(event, ev.JobFinished) and self._known(event.job_id):
+            return bool(closed)
+        if isinstance(event, ev.JobFinished) and self._known(event.job_id):
             self._remove(event.job_id, partition)
+        return False
 
     # -- venn.results ------------------------------------------------------------------
     def on_result(self, event: ev.Event, partition: int, now: float) -> None:
@@ -368,9 +374,12 @@ class SchedulerState:
             self.core.observe_many(np.array([slot]), np.array([now]))
             return None
         tier = self.core.tier_of(speed_proxy(event.speed_ms_per_sample, event.bandwidth_kbps))
+        compiles, started = self.core.compiles, time.perf_counter()
         decision = self.core.checkin(
             slot, now, tier=tier, u=uniform_of(event.event_id), device_id=event.device_id
         )
+        if self.core.compiles != compiles:  # a plan event since the last decision
+            metrics.PLAN_RECOMPUTE.observe(time.perf_counter() - started)
         if decision is None:
             return None
         # Stable across a replay that decides the same, distinct otherwise.

@@ -82,6 +82,10 @@ def test_every_service_counts_what_it_was_sent(stack: Settings) -> None:
     tokens = issuer(settings)
     assert tokens is not None
     job = "metrics-job"
+    health = json.loads(
+        urllib.request.urlopen(f"http://127.0.0.1:{ports['gateway']}/healthz", timeout=10).read()
+    )
+    gateway_id = health["gateway_id"]
     sent = {"checkins": 0, "invalid": 0}
 
     def checkin(device: str, attrs: dict[str, float]) -> dict[str, Any]:
@@ -138,21 +142,43 @@ def test_every_service_counts_what_it_was_sent(stack: Settings) -> None:
                 opened_at=now - 5,
                 closed_at=now,
             )
+            # A second, different close of the same attempt: the recorder keeps the first
+            # and dead-letters this one.
+            await client.close_round(
+                job,
+                0,
+                "failed",
+                demand=2,
+                assigned=2,
+                results=0,
+                opened_at=now - 5,
+                closed_at=now + 1,
+                reason="deadline: 0/2 results",
+            )
             await client.finish_job(job, rounds_completed=1, arrival=now - 10, finished_at=now)
         admin = settings.for_role("admin")
         producer = AIOKafkaProducer(bootstrap_servers=settings.broker, **admin.kafka_options)
         await producer.start()
         try:
             await producer.send_and_wait(topics.JOBS, b"not json", key=b"metrics-bad")
+            # A malformed reply addressed to the gateway: the gateway's to dead-letter.
+            await producer.send_and_wait(topics.REPLIES, b"[1, 2]", key=gateway_id.encode())
         finally:
             await producer.stop()
 
     asyncio.run(run_job())
 
     def settled() -> bool:
-        return scrape(ports["recorder"]).get("venn_recorder_rounds_added_total") == 1 and (
-            scrape(ports["scheduler"]).get(
+        recorder = scrape(ports["recorder"])
+        return (
+            recorder.get("venn_recorder_rounds_added_total") == 1
+            and recorder.get("venn_recorder_jobs_touched_total", 0) >= 1
+            and scrape(ports["scheduler"]).get(
                 'venn_scheduler_dead_letter_reasons_total{reason="not_json",topic="venn.jobs"}'
+            )
+            == 1
+            and scrape(ports["gateway"]).get(
+                'venn_gateway_dead_letter_reasons_total{reason="not_an_object"}'
             )
             == 1
         )
@@ -176,6 +202,8 @@ def test_every_service_counts_what_it_was_sent(stack: Settings) -> None:
     assert scheduler["venn_scheduler_declined_total"] == sent["checkins"] - 2
     assert scheduler['venn_scheduler_round_outcomes_total{outcome="succeeded"}'] == 1
     assert scheduler["venn_scheduler_round_fill_seconds_count"] == 1
+    # The plan was compiled at least once to decide the eligible check-ins.
+    assert scheduler["venn_scheduler_plan_recompute_seconds_count"] >= 1
     deadline = time.monotonic() + 30  # the lag gauges are refreshed every 5 s
     while not any(k.startswith("venn_scheduler_consumer_lag{") for k in scrape(ports["scheduler"])):
         assert time.monotonic() < deadline, "no consumer lag gauge"
@@ -184,3 +212,7 @@ def test_every_service_counts_what_it_was_sent(stack: Settings) -> None:
     assert recorder["venn_recorder_rounds_added_total"] == 1
     assert recorder["venn_recorder_invalid_total"] == 1  # the bad record: skipped, not audited
     assert recorder["venn_recorder_broker_available"] == 1
+    assert recorder['venn_recorder_dead_letter_reasons_total{reason="conflicting_close"}'] == 1
+    lags = {k: v for k, v in recorder.items() if k.startswith("venn_recorder_consumer_lag{")}
+    assert lags and all(v == 0 for v in lags.values()), lags  # everything read
+    assert any(k.startswith("venn_gateway_consumer_lag{") for k in scrape(ports["gateway"]))
