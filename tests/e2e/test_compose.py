@@ -72,6 +72,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 CORE = {"kafka", "postgres", "migrate", "topics", "scheduler", "recorder", "gateway"}
 DEMO = {"coordinator", "devices"}
+METRICS = {"prometheus", "grafana"}  # third-party images under the metrics profile
 INFRA = {"kafka", "postgres"}  # images, not our commands: a Kafka from the jars, Postgres
 ONE_SHOTS = {"migrate", "topics"}
 COMPOSE_KAFKA = "kafka:9092"
@@ -267,13 +268,18 @@ def test_docker_compose_config_parses_the_file(compose_cli: list[str]) -> None:
         assert refused.returncode != 0, f"compose ran without {missing}"
         assert f"{missing} unset" in refused.stderr, refused.stderr[-500:]
 
-    for profile in ([], ["--profile", "demo"]):
+    for profile in ([], ["--profile", "demo"], ["--profile", "metrics"]):
         run_compose(compose_cli, dummy, *profile, "config", "-q")
     plain = set(run_compose(compose_cli, dummy, "config", "--services").split())
     demo = set(run_compose(compose_cli, dummy, "--profile", "demo", "config", "--services").split())
-    assert demo == CORE | DEMO
+    metrics = set(
+        run_compose(compose_cli, dummy, "--profile", "metrics", "config", "--services").split()
+    )
     # Compose 1.x lists profiled services in `config` whatever --profile says; 2.x does not.
-    assert plain == (CORE | DEMO if compose_major(compose_cli) < 2 else CORE)
+    if compose_major(compose_cli) < 2:
+        assert plain == demo == metrics == CORE | DEMO | METRICS
+    else:
+        assert (plain, demo, metrics) == (CORE, CORE | DEMO, CORE | METRICS)
 
     # What compose resolves is what the local run below reads with PyYAML and interpolates.
     resolved = yaml.safe_load(run_compose(compose_cli, dummy, "--profile", "demo", "config"))
@@ -341,7 +347,8 @@ def test_compose_runs_the_tested_releases_and_the_shared_settings() -> None:
     assert container_ports(services["gateway"]) == [int(shared["VENN_GATEWAY_PORT"])]
     # Scaled schedulers cannot share a fixed host port.
     assert services["scheduler"]["ports"] == [shared["VENN_SCHEDULER_WEB_PORT"]]
-    assert {n for n, s in services.items() if s.get("profiles")} == DEMO
+    assert {n for n, s in services.items() if s.get("profiles")} == DEMO | METRICS
+    assert all(services[n]["profiles"] == ["metrics"] for n in METRICS)
 
 
 def test_no_secret_is_written_in_the_file() -> None:

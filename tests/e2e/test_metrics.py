@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiokafka import AIOKafkaProducer
 
 from venn.auth.local import issuer, job_token
@@ -26,6 +27,20 @@ from venn.stack.local import down, stack_ports, up
 
 pytestmark = pytest.mark.e2e
 
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "venn.json"
+PROMETHEUS = ROOT / "ops" / "prometheus" / "prometheus.yml"
+METRICS_PORT = {
+    "gateway": "VENN_GATEWAY_PORT",
+    "scheduler": "VENN_SCHEDULER_WEB_PORT",
+    "recorder": "VENN_RECORDER_PORT",
+}
+"""Each service with a /metrics page, and the variable that sets its port."""
+SAMPLE_SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_count", "_sum"),
+    "gauge": ("",),
+}
 ELIGIBLE = {"cpu_f": 9.0, "ram": 8.0}
 INELIGIBLE = {"battery": 1.0}
 
@@ -39,6 +54,27 @@ def scrape(port: int) -> dict[str, float]:
         if match:
             found[match.group(1)] = float(match.group(2))
     return found
+
+
+def exposed(port: int) -> set[str]:
+    """Every sample name a /metrics page can show, from its `# TYPE` lines (so that a
+    labelled family without samples yet counts too)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    names: set[str] = set()
+    for line in text.splitlines():
+        match = re.match(r"^# TYPE (\S+) (\w+)$", line)
+        if match:  # a counter's family is named with or without _total, by version
+            family = match[1].removesuffix("_total") if match[2] == "counter" else match[1]
+            names.update(family + suffix for suffix in SAMPLE_SUFFIXES.get(match[2], ("",)))
+    return names
+
+
+def dashboard_metrics() -> set[str]:
+    """The venn_* names the Grafana dashboard's queries read."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(exprs) >= 10
+    return {name for expr in exprs for name in re.findall(r"\bvenn_\w+", expr)}
 
 
 def post(port: int, path: str, body: bytes, token: str) -> tuple[int, dict[str, Any]]:
@@ -216,3 +252,45 @@ def test_every_service_counts_what_it_was_sent(stack: Settings) -> None:
     lags = {k: v for k, v in recorder.items() if k.startswith("venn_recorder_consumer_lag{")}
     assert lags and all(v == 0 for v in lags.values()), lags  # everything read
     assert any(k.startswith("venn_gateway_consumer_lag{") for k in scrape(ports["gateway"]))
+    # Every metric the Grafana dashboard reads is one these services expose.
+    names = set().union(*(exposed(port) for port in ports.values()))
+    wanted = dashboard_metrics()
+    assert wanted <= names, sorted(wanted - names)
+
+
+def test_prometheus_scrapes_every_service_at_its_compose_port() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    shared = compose["x-venn-env"]
+    services = compose["services"]
+    config = yaml.safe_load(PROMETHEUS.read_text())
+    targets: dict[str, set[str]] = {}
+    for job in config["scrape_configs"]:
+        found = targets.setdefault(job["job_name"], set())
+        for static in job.get("static_configs", []):
+            found.update(static["targets"])
+        for dns in job.get("dns_sd_configs", []):
+            found.update(f"{name}:{dns['port']}" for name in dns["names"])
+    assert targets == {
+        name: {f"{name}:{shared[variable]}"} for name, variable in METRICS_PORT.items()
+    }
+    for name, variable in METRICS_PORT.items():
+        assert name in services and variable in shared, name
+        host = variable.replace("_PORT", "_HOST")
+        assert shared[host] == "0.0.0.0", f"{name} binds {shared[host]}: Prometheus cannot reach it"
+    # The services of the metrics profile read these files, and Grafana this Prometheus.
+    prometheus, grafana = services["prometheus"], services["grafana"]
+    assert prometheus["profiles"] == grafana["profiles"] == ["metrics"]
+    assert any(v.startswith("./ops/prometheus/prometheus.yml:") for v in prometheus["volumes"])
+    assert "./ops/grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
+    assert "./ops/grafana/dashboards:/var/lib/grafana/dashboards:ro" in grafana["volumes"]
+    source = yaml.safe_load(
+        (ROOT / "ops/grafana/provisioning/datasources/prometheus.yml").read_text()
+    )["datasources"][0]
+    assert source["url"] == "http://prometheus:9090"
+    assert any(str(p).endswith(":9090") for p in prometheus["ports"])
+    uids = {
+        t["datasource"]["uid"]
+        for panel in json.loads(DASHBOARD.read_text())["panels"]
+        for t in panel["targets"]
+    }
+    assert uids == {source["uid"]}
