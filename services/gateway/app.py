@@ -36,6 +36,7 @@ from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client import CollectorRegistry, Histogram
 
+from services.gateway import jobs_api
 from services.gateway.batcher import BatcherBusy, CheckinBatcher
 from services.gateway.config import GatewayConfig
 from services.gateway.demand import DemandView
@@ -764,6 +765,7 @@ def create_app(
     app.router.add_post("/v1/checkin", checkin)
     app.router.add_post("/v1/results", results)
     app.router.add_post("/v1/devices", enroll)
+    jobs_api.register(app, gw)
     return app
 
 

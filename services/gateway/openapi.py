@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from services.gateway.jobs_openapi import add_job_api
 from services.gateway.models import CheckinRequest, EnrollmentRequest, ResultRequest
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def openapi_document(config: GatewayConfig) -> Json:
         doc["paths"]["/v1/results"]["post"]["responses"]["403"] = _error(
             "The device holds no assignment of that round (`not_assigned`)."
         )
+    add_job_api(doc, config.settings.auth_enabled)
     return doc
 
 

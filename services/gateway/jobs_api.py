@@ -1,0 +1,288 @@
+"""The job API on the gateway's address (issue 15, item 1): submit, list, show and cancel
+jobs; the scheduler's plan and the device supply.
+
+- ``POST /v1/jobs``: a spec (`venn.jobspec`, JSON or YAML) -> JobRegistered on venn.jobs.
+  Answers the job id and a job token scoped to that job alone. With the same
+  ``submit_token`` a retried submission answers the same job (200, a fresh token), never
+  a second one. Who may submit: an operator (admin token) or a job owner holding a job
+  token for the id or for a prefix (``venn token job --jobs 'team-a-*'``).
+- ``GET /v1/jobs``, ``/v1/plan``, ``/v1/devices``: an operator (admin token).
+- ``GET|DELETE /v1/jobs/{id}``: an operator, or a job token for that job (403 for another).
+
+The job registered here still needs a coordinator to run its rounds (request each round,
+collect results, close it): Venn has no generic one; the job's own coordinator (an FL
+server using `venn.sdk.VennClient`) acts with the returned job token. A job whose
+coordinator stays silent is expired by the scheduler after VENN_JOB_TIMEOUT_S.
+
+Reads come from views fed by Kafka: the core's lifecycle fold over venn.jobs/venn.rounds
+(the gateway's `DemandView`) and the scheduler's snapshot on venn.status (`StatusFeed`).
+Without VENN_AUTH_SECRET nothing is checked and no token is issued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from aiohttp import web
+
+from services.gateway.job_view import job_list, job_summary, plan_of, supply_of
+from services.gateway.status_feed import StatusFeed
+from venn import events as ev
+from venn.auth import AuthError, Claims, bearer
+from venn.auth.tokens import Kind
+from venn.broker import topics
+from venn.jobspec import JobSpecError, JobSubmission, parse_job_spec
+
+if TYPE_CHECKING:
+    from services.gateway.app import Gateway
+
+log = logging.getLogger("venn.gateway.jobs")
+
+Json = dict[str, Any]
+JOB_TOKEN_TTL_S = 7 * 86400.0
+"""Lifetime of the job token a submission returns (as `venn token job`'s default)."""
+EVENT_TOKEN_TTL_S = 600.0
+"""Lifetime of the token the gateway puts on an event it publishes for a caller."""
+COORDINATOR_NOTE = (
+    "registered for an external coordinator: it runs the rounds with this job token "
+    "(venn.sdk.VennClient: request_round, close_round, finish_job)"
+)
+_encode = msgspec.json.Encoder().encode
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.error = error
+        self.detail = detail
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_encode(payload), status=status, content_type="application/json")
+
+
+class JobsApi:
+    """The handlers, over one gateway's views and producer."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        self.feed = StatusFeed(gw.settings)
+
+    # -- auth --------------------------------------------------------------------------
+    def _claims(self, request: web.Request, *kinds: Kind) -> Claims | None:
+        if self.gw.tokens is None:
+            return None
+        return self.gw.tokens.check(bearer(request.headers.get("Authorization")), *kinds)
+
+    def operator(self, request: web.Request) -> None:
+        self._claims(request, "admin")
+
+    def job_caller(self, request: web.Request, job_id: str) -> Claims | None:
+        claims = self._claims(request, "job")
+        if claims is not None:
+            claims.require_job(job_id)
+        return claims
+
+    def _event_token(
+        self, job_id: str, subject: str, ttl_s: float = EVENT_TOKEN_TTL_S
+    ) -> str | None:
+        """A job token for this job alone (what the scheduler checks on its events)."""
+        if self.gw.tokens is None:
+            return None
+        return self.gw.tokens.issue("job", subject, jobs=[job_id], ttl_s=ttl_s)
+
+    # -- reads -------------------------------------------------------------------------
+    def _ready(self) -> None:
+        if not self.gw.view_ready:
+            raise ApiError(429, "view_not_ready", "the job view is still catching up; retry")
+
+    def _life(self, job_id: str) -> Any:
+        life = self.gw.view.book.jobs.get(job_id)
+        if life is None or life.registered is None:
+            raise ApiError(404, "unknown_job", f"no job {job_id!r}")
+        return life
+
+    def show(self, job_id: str) -> Json:
+        return job_summary(self.gw.view, self._life(job_id), self.feed.latest, time.time())
+
+    # -- writes ------------------------------------------------------------------------
+    async def _publish(self, event: ev.Event) -> None:
+        producer = self.gw.producer
+        if producer is None or not self.gw.broker.available:
+            raise ApiError(429, "broker_unavailable", "the broker does not answer; retry")
+        try:
+            async with asyncio.timeout(self.gw.config.wait_s + 5):
+                await producer.send_and_wait(topics.JOBS, ev.encode(event), key=ev.key_of(event))
+        except Exception as exc:
+            log.warning("could not publish %s: %r", event.event_id, exc)
+            raise ApiError(429, "broker_unavailable", "the broker did not take it; retry") from None
+
+    def _job_id_for(self, spec: JobSubmission, claims: Claims | None) -> str:
+        if spec.job_id is None and claims is not None and claims.kind == "job":
+            prefixes = [p[:-1] for p in claims.jobs if p.endswith("*")]
+            if not prefixes:
+                raise ApiError(
+                    422, "invalid_request", "name the job (job_id) that your job token allows"
+                )
+            return spec.resolved_job_id(prefix=prefixes[0])
+        return spec.resolved_job_id()
+
+    async def submit(self, request: web.Request, body: bytes) -> web.Response:
+        claims = self._claims(request, "job")
+        try:
+            spec = parse_job_spec(body)
+        except JobSpecError as exc:
+            error = "malformed_spec" if exc.status == 400 else "invalid_request"
+            raise ApiError(exc.status, error, exc.detail) from None
+        job_id = self._job_id_for(spec, claims)
+        if claims is not None:
+            claims.require_job(job_id)
+        self._ready()
+        subject = claims.subject if claims is not None else "anonymous"
+        known = self.gw.view.book.jobs.get(job_id)
+        if known is not None and known.registered is not None:
+            first = known.registered.submit_token
+            if spec.submit_token is None or first != spec.submit_token:
+                raise ApiError(409, "job_exists", f"job {job_id!r} was submitted before")
+            return _json(self._accepted(job_id, subject, created=False), 200)
+        now = time.time()
+        event = ev.JobRegistered(
+            event_id=f"submit:{job_id}:{spec.submit_token or uuid.uuid4().hex}",
+            time=now,
+            job_id=job_id,
+            requirement=dict(spec.requirement),
+            demand=spec.demand,
+            rounds=spec.rounds,
+            deadline_s=spec.deadline_s,
+            workload_s=spec.workload_s,
+            submit_token=spec.submit_token,
+            token=self._event_token(job_id, subject),
+        )
+        await self._publish(event)
+        return _json(self._accepted(job_id, subject, created=True), 201)
+
+    def _accepted(self, job_id: str, subject: str, created: bool) -> Json:
+        return {
+            "job_id": job_id,
+            "token": self._event_token(job_id, subject, JOB_TOKEN_TTL_S),
+            "created": created,
+            "coordinator": COORDINATOR_NOTE,
+        }
+
+    async def cancel(self, job_id: str, claims: Claims | None) -> web.Response:
+        life = self._life(job_id)
+        if life.ended:
+            raise ApiError(409, "job_ended", f"job {job_id!r} is {life.status} already")
+        subject = claims.subject if claims is not None else "anonymous"
+        event = ev.JobCancelled(
+            event_id=f"cancel:{job_id}",
+            time=time.time(),
+            job_id=job_id,
+            reason=ev.clean_text(f"cancelled through the job API by {subject}"),
+            token=self._event_token(job_id, subject),
+        )
+        await self._publish(event)
+        return _json({"job_id": job_id, "state": "cancelling"}, 202)
+
+
+def register(app: web.Application, gw: Gateway) -> JobsApi:
+    """Add the job API's routes to the gateway's app, and its status feed to its life."""
+    api = JobsApi(gw)
+    limit = gw.config.max_body_bytes
+
+    async def feed(_app: web.Application) -> AsyncIterator[None]:
+        await api.feed.start()
+        yield
+        await api.feed.stop()
+
+    app.cleanup_ctx.append(feed)
+
+    async def answer(run: Any) -> web.Response:
+        try:
+            result = await run()
+        except ApiError as exc:
+            response = _json({"error": exc.error, "detail": exc.detail}, exc.status)
+            if exc.status == 429:
+                response.headers["Retry-After"] = "1"
+            return response
+        except AuthError as exc:
+            gw.stats.unauthorized += 1
+            response = _json({"error": exc.code, "detail": exc.detail}, exc.status)
+            if exc.status == 401:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="venn"'
+            return response
+        return result if isinstance(result, web.Response) else _json(result)
+
+    async def read_body(request: web.Request) -> bytes:
+        if request.content_length is not None and request.content_length > limit:
+            raise ApiError(413, "too_large", f"the body exceeds {limit} bytes")
+        try:
+            async with asyncio.timeout(gw.config.wait_s + 5):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(413, "too_large", f"the body exceeds {limit} bytes") from None
+        except TimeoutError:
+            raise ApiError(408, "timeout", "the body did not arrive in time") from None
+
+    async def submit(request: web.Request) -> web.Response:
+        async def run() -> web.Response:
+            return await api.submit(request, await read_body(request))
+
+        return await answer(run)
+
+    async def listing(request: web.Request) -> web.Response:
+        async def run() -> Json:
+            api.operator(request)
+            api._ready()
+            return {"jobs": job_list(gw.view, api.feed.latest, time.time())}
+
+        return await answer(run)
+
+    async def show(request: web.Request) -> web.Response:
+        job_id = request.match_info["job_id"]
+
+        async def run() -> Json:
+            api.job_caller(request, job_id)
+            api._ready()
+            return api.show(job_id)
+
+        return await answer(run)
+
+    async def cancel(request: web.Request) -> web.Response:
+        job_id = request.match_info["job_id"]
+
+        async def run() -> web.Response:
+            claims = api.job_caller(request, job_id)
+            api._ready()
+            return await api.cancel(job_id, claims)
+
+        return await answer(run)
+
+    async def plan(request: web.Request) -> web.Response:
+        async def run() -> Json:
+            api.operator(request)
+            return plan_of(api.feed.latest, time.time())
+
+        return await answer(run)
+
+    async def devices(request: web.Request) -> web.Response:
+        async def run() -> Json:
+            api.operator(request)
+            return supply_of(api.feed.latest, time.time())
+
+        return await answer(run)
+
+    app.router.add_post("/v1/jobs", submit)
+    app.router.add_get("/v1/jobs", listing)
+    app.router.add_get("/v1/jobs/{job_id}", show)
+    app.router.add_delete("/v1/jobs/{job_id}", cancel)
+    app.router.add_get("/v1/plan", plan)
+    app.router.add_get("/v1/devices", devices)
+    return api

@@ -1,0 +1,236 @@
+"""The job API's part of the gateway's OpenAPI document (`services.gateway.jobs_api`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from venn.jobspec import JobSubmission
+
+Json = dict[str, Any]
+
+
+def _error(description: str) -> Json:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def _ok(description: str, schema: str) -> Json:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+    }
+
+
+JOB_ID = {
+    "name": "job_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+}
+NOT_READY = _error(
+    "The gateway's job view is still catching up, or the broker does not answer "
+    "(`view_not_ready`, `broker_unavailable`): retry after Retry-After seconds."
+)
+
+
+def job_schemas() -> dict[str, Json]:
+    _, components = msgspec.json.schema_components(
+        (JobSubmission,), ref_template="#/components/schemas/{name}"
+    )
+    nullable_number = {"type": ["number", "null"]}
+    job = {
+        "type": "object",
+        "required": ["job_id", "state", "round", "rounds", "rounds_done", "waiting"],
+        "properties": {
+            "job_id": {"type": "string"},
+            "state": {
+                "enum": ["submitted", "running", "finished", "failed", "cancelled", "expired"]
+            },
+            "round": {"type": "integer", "description": "k of `round k of n`"},
+            "rounds": {"type": ["integer", "null"], "description": "n"},
+            "rounds_done": {"type": "integer"},
+            "rounds_failed": {"type": "integer"},
+            "open_round": {
+                "type": ["object", "null"],
+                "description": "The open round: its demand and the assignments seen for it.",
+            },
+            "sched_delay_s": {"type": "number"},
+            "response_time_s": {"type": "number"},
+            "waiting": {
+                "enum": [
+                    None,
+                    "waiting_for_coordinator",
+                    "no_eligible_supply",
+                    "group_starved",
+                    "outranked",
+                    "unknown",
+                ],
+                "description": "Why the job does not progress now (null: it does, or ended).",
+            },
+            "jct_s": nullable_number,
+        },
+    }
+    return {
+        **components,
+        "Job": job,
+        "JobList": {
+            "type": "object",
+            "required": ["jobs"],
+            "properties": {
+                "jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}
+            },
+        },
+        "Submitted": {
+            "type": "object",
+            "required": ["job_id", "token", "created", "coordinator"],
+            "properties": {
+                "job_id": {"type": "string"},
+                "token": {"type": ["string", "null"], "description": "A job token: this job only"},
+                "created": {"type": "boolean"},
+                "coordinator": {"type": "string"},
+            },
+        },
+        "Cancelling": {
+            "type": "object",
+            "required": ["job_id", "state"],
+            "properties": {"job_id": {"type": "string"}, "state": {"const": "cancelling"}},
+        },
+        "Plan": {
+            "type": "object",
+            "required": ["available", "job_groups", "device_groups"],
+            "properties": {
+                "available": {"type": "boolean"},
+                "job_groups": {"type": "array"},
+                "device_groups": {"type": "array"},
+            },
+        },
+        "Supply": {
+            "type": "object",
+            "required": ["available", "device_groups", "job_groups"],
+            "properties": {
+                "available": {"type": "boolean"},
+                "checkin_rate_per_s": {"type": "number"},
+                "device_groups": {"type": "array"},
+                "job_groups": {"type": "array"},
+            },
+        },
+    }
+
+
+def add_job_api(doc: Json, auth: bool) -> None:
+    """Add the job API's paths, schemas and (with ``auth``) its token scheme to ``doc``."""
+    operator: list[Json] = [{"operator": []}] if auth else []
+    owner: list[Json] = [{"operator": []}, {"job": []}] if auth else []
+    unauthorized = _error("No valid token (`missing_token`, `invalid_token`, ...).")
+    forbidden = _error("The token may not do this, or not on this job (`forbidden`).")
+
+    def responses(ok: Json, *extra: tuple[str, Json]) -> Json:
+        out = {"200": ok}
+        if auth:
+            out["401"] = unauthorized
+            out["403"] = forbidden
+        out.update(dict(extra))
+        out["429"] = NOT_READY
+        return out
+
+    def op(summary: str, op_id: str, security: list[Json], resp: Json, **more: Any) -> Json:
+        body: Json = {"summary": summary, "operationId": op_id, "responses": resp, **more}
+        if auth:
+            body["security"] = security
+        return body
+
+    submit_responses: Json = {
+        "201": _ok("Registered on venn.jobs", "Submitted"),
+        "200": _ok("The same submission again (same submit_token)", "Submitted"),
+        "400": _error("Not JSON or YAML, or not a mapping (`malformed_spec`)."),
+        "408": _error("The body did not arrive in time (`timeout`)."),
+        "409": _error("A job with this id exists (`job_exists`)."),
+        "413": _error("The body is too large (`too_large`)."),
+        "422": _error("A field missing, unknown, of the wrong type or out of range."),
+        "429": NOT_READY,
+    }
+    if auth:
+        submit_responses["401"] = unauthorized
+        submit_responses["403"] = forbidden
+    paths = doc["paths"]
+    paths["/v1/jobs"] = {
+        "post": op(
+            "Submit a job (JSON or YAML spec); answers its id and a job token for it",
+            "submit_job",
+            owner,
+            submit_responses,
+            requestBody={
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/JobSubmission"}},
+                    "application/yaml": {"schema": {"type": "string"}},
+                },
+            },
+            description=(
+                "Registers the job on venn.jobs. Its rounds are run by an external "
+                "coordinator (venn.sdk.VennClient) holding the returned job token; a job "
+                "whose coordinator stays silent is expired after VENN_JOB_TIMEOUT_S."
+            ),
+        ),
+        "get": op(
+            "Every job and its status",
+            "list_jobs",
+            operator,
+            responses(_ok("The jobs, newest first", "JobList")),
+        ),
+    }
+    paths["/v1/jobs/{job_id}"] = {
+        "parameters": [JOB_ID],
+        "get": op(
+            "One job: state, round k of n, demand met, delays, why it waits",
+            "job_status",
+            owner,
+            responses(_ok("The job", "Job"), ("404", _error("No such job (`unknown_job`)."))),
+        ),
+        "delete": op(
+            "Cancel a job",
+            "cancel_job",
+            owner,
+            {
+                "202": _ok("The cancel is on venn.jobs", "Cancelling"),
+                **({"401": unauthorized, "403": forbidden} if auth else {}),
+                "404": _error("No such job (`unknown_job`)."),
+                "409": _error("The job ended already (`job_ended`)."),
+                "429": NOT_READY,
+            },
+        ),
+    }
+    paths["/v1/plan"] = {
+        "get": op(
+            "Which device groups feed which job group",
+            "plan",
+            operator,
+            responses(_ok("The latest plan the scheduler published", "Plan")),
+        )
+    }
+    devices = paths.setdefault("/v1/devices", {})
+    devices["get"] = op(
+        "Devices seen and check-in rate per eligibility group",
+        "supply",
+        operator,
+        responses(_ok("The latest supply the scheduler published", "Supply")),
+    )
+    doc["components"]["schemas"].update(job_schemas())
+    if auth:
+        schemes = doc["components"].setdefault("securitySchemes", {})
+        schemes["operator"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "JWT",
+            "description": "An operator's token: `venn token admin`.",
+        }
+        schemes["job"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "JWT",
+            "description": "A job token: the one a submission returns, or `venn token job`.",
+        }
