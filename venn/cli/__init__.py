@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from venn.cli import report_commands, sim_commands, stack_commands, token_commands
+from venn.cli import (
+    job_commands,
+    report_commands,
+    sim_commands,
+    stack_commands,
+    token_commands,
+)
 
 app = typer.Typer(
     help="Venn: a resource manager for collaborative (federated) learning jobs.",
@@ -15,6 +21,7 @@ sim_commands.register(app)
 stack_commands.register(app)
 report_commands.register(app)
 token_commands.register(app)
+job_commands.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,199 @@
+"""``venn job submit|list|status|cancel``, ``venn devices``, ``venn plan``: the job API
+(services/gateway/jobs_api.py) from the command line. Every command takes --json; errors
+are one line on stderr with exit code 1 (stack or broker not there) or 2 (refused)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from venn.cli.api_client import ApiClient, ApiFailure
+from venn.jobspec import JobSpecError, parse_job_spec
+
+app = typer.Typer(help="Submit, list, watch and cancel jobs.", no_args_is_help=True)
+console = Console()
+quiet = Console(quiet=True)
+
+
+def _spinner(text: str, as_json: bool) -> Any:
+    """A spinner on long commands (none with --json: stdout stays machine-readable)."""
+    return (quiet if as_json else console).status(text)
+
+
+Url = Annotated[str | None, typer.Option("--url", help="Gateway URL (VENN_API_URL).")]
+Token = Annotated[str | None, typer.Option("--token", help="API token (VENN_API_TOKEN).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _call(fn: Callable[[ApiClient], Any], url: str | None, token: str | None) -> Any:
+    try:
+        return fn(ApiClient.locate(url, token))
+    except ApiFailure as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.code) from None
+
+
+def _print_json(payload: Any) -> None:
+    typer.echo(json.dumps(payload, indent=2, sort_keys=True))
+
+
+def _job_line(job: dict[str, Any]) -> list[str]:
+    open_round = job.get("open_round") or {}
+    met = f"{open_round.get('assigned', 0)}/{open_round.get('demand')}" if open_round else "-"
+    return [
+        str(job["job_id"]),
+        str(job["state"]),
+        f"{job['round']}/{job['rounds']}",
+        met,
+        f"{job.get('sched_delay_s', 0):.1f}",
+        f"{job.get('response_time_s', 0):.1f}",
+        str(job.get("waiting") or "-"),
+    ]
+
+
+def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    table = Table("job", "state", "round", "demand met", "sched delay s", "response s", "waits")
+    for job in jobs:
+        table.add_row(*_job_line(job))
+    return table
+
+
+@app.command()
+def submit(file: Path, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+    """Submit the job in FILE (YAML or JSON: requirement, demand, rounds, deadline_s)."""
+    try:
+        body = file.read_bytes()
+        parse_job_spec(body)  # a malformed file is refused here, before any request
+    except OSError as exc:
+        typer.echo(f"error: cannot read {file}: {exc.strerror}", err=True)
+        raise typer.Exit(2) from None
+    except JobSpecError as exc:
+        typer.echo(f"error: malformed job file {file}: {exc.detail}", err=True)
+        raise typer.Exit(2) from None
+    with _spinner("submitting", as_json):
+        answer = _call(lambda c: c.request("POST", "/v1/jobs", body), url, token)
+    if as_json:
+        _print_json(answer)
+        return
+    typer.echo(f"job {answer['job_id']} {'submitted' if answer['created'] else 'already there'}")
+    if answer.get("token"):
+        typer.echo(f"job token: {answer['token']}")
+    typer.echo(answer["coordinator"])
+
+
+@app.command("list")
+def list_jobs(url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+    """Every job: state, round k of n, demand met, delays, why it waits."""
+    jobs = _call(lambda c: c.request("GET", "/v1/jobs"), url, token)["jobs"]
+    if as_json:
+        _print_json(jobs)
+    else:
+        console.print(_jobs_table(jobs))
+
+
+@app.command()
+def status(
+    job_id: str,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh until the job ends.")] = False,
+    interval: Annotated[float, typer.Option(help="Refresh period, seconds.")] = 1.0,
+    url: Url = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """One job's status; --watch follows it (a progress bar) until it ends."""
+    path = f"/v1/jobs/{job_id}"
+    job = _call(lambda c: c.request("GET", path), url, token)
+    if watch and not as_json:
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}")
+        ) as progress:
+            bar = progress.add_task(job_id, total=job["rounds"] or 1, info="")
+            while True:
+                waits = job.get("waiting") or "-"
+                progress.update(
+                    bar, completed=job["rounds_done"], info=f"{job['state']}, waits: {waits}"
+                )
+                if job["state"] not in ("submitted", "running"):
+                    break
+                time.sleep(interval)
+                job = _call(lambda c: c.request("GET", path), url, token)
+    elif watch:
+        while job["state"] in ("submitted", "running"):
+            time.sleep(interval)
+            job = _call(lambda c: c.request("GET", path), url, token)
+    if as_json:
+        _print_json(job)
+    else:
+        console.print(_jobs_table([job]))
+
+
+@app.command()
+def cancel(job_id: str, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+    """Cancel a job and wait until the job view says so."""
+    path = f"/v1/jobs/{job_id}"
+    with _spinner(f"cancelling {job_id}", as_json):
+        answer = _call(lambda c: c.request("DELETE", path), url, token)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            job = _call(lambda c: c.request("GET", path), url, token)
+            if job["state"] == "cancelled":
+                answer = {"job_id": job_id, "state": "cancelled"}
+                break
+            time.sleep(0.3)
+    if as_json:
+        _print_json(answer)
+    else:
+        typer.echo(f"job {job_id}: {answer['state']}")
+
+
+def devices(url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+    """Devices seen and check-in rate per eligibility group (the scheduler's snapshot)."""
+    supply = _call(lambda c: c.request("GET", "/v1/devices"), url, token)
+    if as_json:
+        _print_json(supply)
+        return
+    if not supply["available"]:
+        typer.echo("no snapshot from the scheduler yet")
+        return
+    table = Table("device group", "eligible for job groups", "check-ins in window", "per s")
+    for d in supply["device_groups"]:
+        table.add_row(
+            str(d["device_group"]),
+            ",".join(map(str, d["eligible_for"])) or "-",
+            str(d["checkins_in_window"]),
+            f"{d['checkin_rate_per_s']:.2f}",
+        )
+    console.print(table)
+    typer.echo(f"check-ins/s: {supply['checkin_rate_per_s']:.2f}, busy: {supply['busy_devices']}")
+
+
+def plan(url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+    """Which device groups feed which job group (the scheduler's snapshot)."""
+    current = _call(lambda c: c.request("GET", "/v1/plan"), url, token)
+    if as_json:
+        _print_json(current)
+        return
+    if not current["available"]:
+        typer.echo("no snapshot from the scheduler yet")
+        return
+    table = Table("job group", "requirement", "open jobs", "fed by device groups")
+    for g in current["job_groups"]:
+        req = ",".join(f"{k}>={v:g}" for k, v in g["requirement"].items()) or "any"
+        fed = ",".join(map(str, g["fed_by"])) or "-"
+        table.add_row(str(g["group"]), req, ",".join(g["open_jobs"]) or "-", fed)
+    console.print(table)
+
+
+def register(parent: typer.Typer) -> None:
+    parent.add_typer(app, name="job")
+    parent.command("devices")(devices)
+    parent.command("plan")(plan)
