@@ -184,12 +184,12 @@ def add_job_api(doc: Json, auth: bool) -> None:
         ),
     }
     paths["/v1/jobs/{job_id}"] = {
-        "parameters": [JOB_ID],
         "get": op(
             "One job: state, round k of n, demand met, delays, why it waits",
             "job_status",
             owner,
             responses(_ok("The job", "Job"), ("404", _error("No such job (`unknown_job`)."))),
+            parameters=[JOB_ID],
         ),
         "delete": op(
             "Cancel a job",
@@ -202,6 +202,7 @@ def add_job_api(doc: Json, auth: bool) -> None:
                 "409": _error("The job ended already (`job_ended`)."),
                 "429": NOT_READY,
             },
+            parameters=[JOB_ID],
         ),
     }
     paths["/v1/plan"] = {

@@ -239,6 +239,7 @@ async def test_healthz_and_openapi(stack: Stack) -> None:
         doc = await r.json()
     assert doc["openapi"].startswith("3.")
     assert {"/healthz", "/openapi.json", "/v1/checkin", "/v1/results"} <= set(doc["paths"])
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/plan", "/v1/devices"} <= set(doc["paths"])
     jsonschema.Draft202012Validator.check_schema(doc["components"]["schemas"]["CheckinRequest"])
     _check(doc, "Health", health)
     # Every response of the API document names a schema that exists.
