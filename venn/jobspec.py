@@ -17,6 +17,7 @@ JobRegistered.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 
 import msgspec
@@ -64,6 +65,10 @@ def parse_job_spec(text: bytes | str) -> JobSubmission:
         raise JobSpecError(400, f"not JSON or YAML: {exc}") from None
     if not isinstance(data, dict):
         raise JobSpecError(400, "a job spec is a mapping (requirement, demand, rounds, ...)")
+    try:  # YAML (and JSON escapes) can carry lone surrogates: no event could hold them
+        json.dumps(data, ensure_ascii=False, default=str).encode()
+    except (UnicodeEncodeError, ValueError, RecursionError) as exc:
+        raise JobSpecError(400, f"not valid text: {exc}") from None
     try:
         return msgspec.convert(data, JobSubmission, strict=False)
     except msgspec.ValidationError as exc:

@@ -167,10 +167,10 @@ def add_job_api(doc: Json, auth: bool) -> None:
                 "required": True,
                 "content": {
                     "application/json": {"schema": {"$ref": "#/components/schemas/JobSubmission"}},
-                    "application/yaml": {"schema": {"type": "string"}},
                 },
             },
             description=(
+                "A JSON body (or the same as YAML, Content-Type application/yaml). "
                 "Registers the job on venn.jobs. Its rounds are run by an external "
                 "coordinator (venn.sdk.VennClient) holding the returned job token; a job "
                 "whose coordinator stays silent is expired after VENN_JOB_TIMEOUT_S."
@@ -220,6 +220,12 @@ def add_job_api(doc: Json, auth: bool) -> None:
         operator,
         responses(_ok("The latest supply the scheduler published", "Supply")),
     )
+    if not auth and "post" not in devices:
+        devices["post"] = {
+            "summary": "Enrol a device: only where the deployment authenticates",
+            "operationId": "enroll_device",
+            "responses": {"404": _error("No authentication here (`auth_disabled`).")},
+        }
     doc["components"]["schemas"].update(job_schemas())
     if auth:
         schemes = doc["components"].setdefault("securitySchemes", {})
