@@ -15,6 +15,7 @@ open jobs arrive already filed by class and order (``venn.core.open_jobs``).
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import replace
 
 import numpy as np
 
@@ -102,6 +103,49 @@ class TableCompiler:
                 return self._uniform_small(jobs, num_jobs, sections, num_sigs)
             return self._uniform_numpy(jobs, num_jobs, view.sig_matrix, table, k)
         return self._first(jobs, num_jobs, sections, view.sig_matrix, jobs.by_key)
+
+    def compile_ranked(
+        self, jobs: OpenJobs, num_jobs: int, policy: Policy, view: PolicyView
+    ) -> DispatchTable:
+        """Every row's candidates in the policy's preference order, the whole row
+        whatever the policy's mode (``uniform`` still says how the policy picks).
+
+        For a caller that may have to pass over a candidate (a check-in partition with
+        no quota left for it, ``venn.core.lease``): a row's first candidate is the head
+        ``compile`` gives a first pick. Any listed job may take assignments, so with an
+        ordered policy every listed job's budget stops at its first overtake of the job
+        just ahead of it in some row (not only the heads', as in ``compile``).
+        """
+        num_sigs = view.num_signatures
+        n = len(jobs)
+        uniform = policy.mode == "uniform"
+        if n == 0 or num_sigs == 0:
+            return DispatchTable(
+                np.full((max(1, num_sigs), self.num_tiers, max(1, n)), -1, dtype=np.int64),
+                np.zeros((max(1, num_sigs), self.num_tiers), dtype=np.int64),
+                uniform,
+                jobs.budgets(num_jobs),
+            )
+        table = policy.section_table(view)
+        k = 1 if table is None else policy.num_sections
+        ranked = self._uniform_numpy(jobs, num_jobs, view.sig_matrix, table, k)
+        if jobs.by_key and n > 1:
+            self._overtake_budgets(jobs, ranked.candidates.reshape(-1, n), ranked.budget)
+        return ranked if uniform else replace(ranked, uniform=False)
+
+    @staticmethod
+    def _overtake_budgets(jobs: OpenJobs, rows: np.ndarray, budget: np.ndarray) -> None:
+        """Cap the budget of every job listed right behind another in some row."""
+        ahead, behind = rows[:, :-1].ravel(), rows[:, 1:].ravel()
+        listed = behind >= 0
+        # Pairs across a section boundary are capped too: only an early recompile.
+        pairs = np.unique(ahead[listed] * (len(budget) + 1) + behind[listed])
+        entries = jobs.entries
+        for a_idx, b_idx in zip(*np.divmod(pairs, len(budget) + 1), strict=True):
+            a, b = entries[int(a_idx)], entries[int(b_idx)]
+            limit = overtake_count(b.remaining, b.weight, b.idx, a.remaining, a.weight, a.idx)
+            if limit < budget[b.idx]:
+                budget[b.idx] = limit
 
     def _row_sections(
         self, sig_matrix: np.ndarray, table: np.ndarray | None, k: int

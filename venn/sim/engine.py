@@ -45,7 +45,7 @@ from venn.traces.devices import DeviceProfiles
 
 Mode = Literal["fast", "event"]
 
-_CLOSE, _DEADLINE, _ARRIVAL, _REQUEST = 0, 1, 2, 3
+_CLOSE, _DEADLINE, _ARRIVAL, _REQUEST, _MESSAGE = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,10 @@ class SimConfig:
     fairness_eps: float = 0.0
     supply_window: int = 1000
     transfer_s: float = 10.0
+    # Emulated check-in partitions sharing rounds by leases (venn.sim.partitioned);
+    # 1 is the single-worker path. Lease messages arrive ``lease_delay_s`` after sending.
+    partitions: int = 1
+    lease_delay_s: float = 0.5
 
 
 @dataclass
@@ -137,6 +141,8 @@ class Simulation:
                 self._request(job_id, t)
             elif kind == _REQUEST:
                 self._request(job_id, t)
+            elif kind == _MESSAGE:
+                self._deliver(attempt, t)
             else:
                 self._maybe_close(job_id, attempt, t, kind)
 
@@ -150,6 +156,17 @@ class Simulation:
         self.sched.request_round(job_id, attempt, t)
         self._live_of[self.sched.jobs[job_id].idx] = lr
         self._push(rr.deadline_at, _DEADLINE, job_id, attempt)
+        self._round_opened(job_id, attempt, spec.demand, t)
+
+    # Hooks for a subclass that shares rounds between partitions (no-ops here).
+    def _round_opened(self, job_id: str, attempt: int, demand: int, t: float) -> None:
+        pass
+
+    def _round_closed(self, job_id: str, attempt: int) -> None:
+        pass
+
+    def _deliver(self, message: int, t: float) -> None:
+        raise NotImplementedError("no messages in a single-partition run")
 
     def _maybe_close(self, job_id: str, attempt: int, t: float, kind: int) -> None:
         lr = self.live.get(job_id)
@@ -167,6 +184,7 @@ class Simulation:
         rr.closed_at = t
         rr.succeeded = succeeded
         self.sched.close_round(job_id, attempt, t, succeeded, tiers, resp)
+        self._round_closed(job_id, attempt)
         del self.live[job_id]
         self._live_of[js.idx] = None
         rec = self.records[job_id]
@@ -297,9 +315,8 @@ class Simulation:
         if observed < n:
             sched.observe_many(p.slots[observed:], times[observed:])
 
-    @staticmethod
     def _scan(
-        table: DispatchTable, keys: list[int], p: _Prepared, i: int, j: int
+        self, table: DispatchTable, keys: list[int], p: _Prepared, i: int, j: int
     ) -> tuple[int, dict[int, list[int]]] | None:
         """Decide check-ins i.. (before j) with ``table`` until one exhausts its job's
         budget: (check-ins used, each picked job's check-in numbers), or None if no
@@ -453,6 +470,7 @@ class _Prepared:
         self.transfer = transfer
         self.time: list[float] = batch.time.tolist()
         self.tier_list: list[int] = tiers.tolist()
+        self.partition: list[int] = []  # each check-in's partition (partitioned runs)
         self._u: list[float] | None = None
         self._tasks: dict[float, _Tasks] = {}
 

@@ -1,0 +1,191 @@
+"""The simulator with P emulated check-in partitions sharing rounds by leases.
+
+A device's check-ins all go to one partition (a stable hash of its id, as Kafka keys
+``venn.checkins`` by device id). The owner of job state is the simulation's scheduler:
+it compiles the dispatch table (every row ranked, ``Scheduler.ranked``) and its
+``LeaseBook`` grants quota; each partition's ``PartitionLeases`` decides its check-ins:
+the first candidate of the row, in preference order, that it holds quota for (a uniform
+policy: a uniform pick among those). Grants and reports are messages that arrive
+``lease_delay_s`` after they are sent; a partition reports when its quota of a round
+falls to the low-water mark. The table itself is assumed current at every partition
+(what the leases cost, not a stale table, is measured).
+
+Only the fast mode is partitioned; a run with one partition is ``Simulation`` itself.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+import numpy as np
+
+from venn.core.dispatch import DispatchTable
+from venn.core.lease import Grant, LeaseBook, LeaseRule, PartitionLeases, Report
+from venn.core.matching import TierModel
+from venn.core.model import JobSpec
+from venn.sim.engine import _MESSAGE, SimConfig, Simulation, _Prepared
+from venn.traces.checkins import CheckinBatch, CheckinSource
+from venn.traces.devices import DeviceProfiles
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def partition_of(device_ids: np.ndarray, partitions: int) -> np.ndarray:
+    """Each device's partition: splitmix64 of its id, modulo ``partitions``."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(device_ids, dtype=np.int64).astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9) & _M64
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB) & _M64
+        x ^= x >> np.uint64(31)
+    return (x % np.uint64(partitions)).astype(np.int64)
+
+
+class PartitionedSimulation(Simulation):
+    """``Simulation`` whose check-ins are decided by P partitions holding leases."""
+
+    def __init__(
+        self,
+        jobs: Sequence[JobSpec],
+        source: CheckinSource,
+        profiles: DeviceProfiles,
+        config: SimConfig,
+        tiers: TierModel | None = None,
+        rule: LeaseRule | None = None,
+    ) -> None:
+        if config.mode != "fast":
+            raise ValueError("partitioned runs use the fast mode")
+        super().__init__(jobs, source, profiles, config, tiers)
+        self.sched.ranked = True
+        self.rule = rule or LeaseRule(config.partitions)
+        if self.rule.partitions != config.partitions:
+            raise ValueError("the lease rule is for another number of partitions")
+        self.book = LeaseBook(self.rule)
+        self.parts = [PartitionLeases(q, self.rule) for q in range(config.partitions)]
+        self._messages: dict[int, Grant | Report] = {}
+        self.messages_sent = 0
+        self.passed_over = 0  # check-ins that skipped a candidate for lack of quota
+
+    # -- lease messages --------------------------------------------------------------
+    def _send(self, msg: Grant | Report, t: float) -> None:
+        seq = next(self._seq)
+        self._messages[seq] = msg
+        self.messages_sent += 1
+        heapq.heappush(self.heap, (t + self.config.lease_delay_s, _MESSAGE, seq, "", seq))
+
+    def _deliver(self, message: int, t: float) -> None:
+        msg = self._messages.pop(message)
+        if isinstance(msg, Grant):
+            self.parts[msg.partition].on_grant(msg)
+            return
+        for grant in self.book.on_report(msg):
+            self._send(grant, t)
+
+    def _round_opened(self, job_id: str, attempt: int, demand: int, t: float) -> None:
+        for grant in self.book.open_round(job_id, attempt, demand):
+            self._send(grant, t)
+
+    def _round_closed(self, job_id: str, attempt: int) -> None:
+        self.book.close_round(job_id, attempt)
+
+    # -- check-ins -------------------------------------------------------------------
+    def _prepare(self, b: CheckinBatch) -> _Prepared:
+        p = super()._prepare(b)
+        p.partition = partition_of(b.device_id, self.config.partitions).tolist()
+        return p
+
+    def _run_event(self, p: _Prepared) -> None:
+        raise ValueError("partitioned runs use the fast mode")
+
+    def _scan(
+        self, table: DispatchTable, keys: list[int], p: _Prepared, i: int, j: int
+    ) -> tuple[int, dict[int, list[int]]] | None:
+        """As ``Simulation._scan``, each check-in decided by its partition's leases; a
+        step also ends where a partition's quota of a round reaches its low-water mark
+        (its report is due)."""
+        budget = table.budget
+        rows = table.rows()
+        uniform = table.uniform
+        num_rows = table.num_rows
+        by_idx = self.sched.by_idx
+        parts = self.parts
+        part_of = p.partition
+        us = p.u
+        positions: dict[int, list[int]] = {}
+        limits: dict[int, int] = {}
+        quota: dict[tuple[int, int], int] = {}  # (partition, job): left in this step
+        marks: dict[tuple[int, int], int] = {}
+        last = -1
+        for c in range(i, j):
+            key = keys[c]
+            if key >= num_rows:
+                continue
+            row = rows[key]
+            if not row:
+                continue
+            q = part_of[c]
+            ok: list[int] = []
+            for job in row:
+                left = quota.get((q, job))
+                if left is None:
+                    js = by_idx[job]
+                    lease = parts[q]
+                    left = quota[(q, job)] = lease.available(js.spec.job_id, js.round_index)
+                    marks[(q, job)] = lease.low_mark(js.spec.job_id, js.round_index)
+                if left > 0:
+                    ok.append(job)
+                    if not uniform:
+                        break
+            if not ok:
+                continue
+            if ok[0] != row[0]:
+                self.passed_over += 1
+            job = ok[min(int(us[c] * len(ok)), len(ok) - 1)] if uniform else ok[0]
+            last = c
+            left = quota[(q, job)] = quota[(q, job)] - 1
+            mine = positions.get(job)
+            if mine is None:
+                mine = positions[job] = [c]
+                limits[job] = int(budget[job])
+            else:
+                mine.append(c)
+            if len(mine) >= limits[job] or left == marks[(q, job)]:
+                break
+        if last < 0:
+            return None
+        return last - i + 1, positions
+
+    def _commit_step(
+        self, p: _Prepared, positions: dict[int, list[int]], i: int, j: int, stop: int
+    ) -> int:
+        stop = super()._commit_step(p, positions, i, j, stop)
+        limit = i + stop
+        by_idx = self.sched.by_idx
+        due: dict[tuple[int, int], float] = {}
+        for job, mine in positions.items():
+            js = by_idx[job]
+            for c in mine:
+                if c >= limit:
+                    break
+                q = p.partition[c]
+                taken = self.parts[q].take(js.spec.job_id, js.round_index)
+                assert taken, "a partition assigned without quota"
+                if self.parts[q].low(js.spec.job_id, js.round_index):
+                    due[(q, job)] = p.time[c]
+        for (q, job), t in sorted(due.items(), key=lambda kv: (kv[1], kv[0])):
+            js = by_idx[job]
+            self._send(self.parts[q].report(js.spec.job_id, js.round_index), t)
+        return stop
+
+
+def make_simulation(
+    jobs: Sequence[JobSpec],
+    source: CheckinSource,
+    profiles: DeviceProfiles,
+    config: SimConfig,
+    tiers: TierModel | None = None,
+) -> Simulation:
+    """The simulation for ``config``: partitioned when it asks for more than one."""
+    if config.partitions > 1:
+        return PartitionedSimulation(jobs, source, profiles, config, tiers)
+    return Simulation(jobs, source, profiles, config, tiers)
