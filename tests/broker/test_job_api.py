@@ -106,7 +106,9 @@ async def publish(broker: str, topic: str, *events: ev.Event) -> None:
 
 
 def spec(job_id: str, **more: Any) -> dict[str, Any]:
-    return {"job_id": job_id, "requirement": {"ram": 4}, "demand": 2, "rounds": 2,
+    # An attribute no device has: other tests run schedulers and devices on the same Kafka,
+    # and none of them may fill this job's rounds.
+    return {"job_id": job_id, "requirement": {f"only-{job_id}": 1}, "demand": 2, "rounds": 2,
             "deadline_s": 30, **more}  # fmt: skip
 
 
@@ -203,7 +205,7 @@ async def test_every_job_command_and_its_errors(api: Api, tmp_path: Path) -> Non
     job = f"cli-{tag}"
     good = tmp_path / "job.yaml"
     good.write_text(
-        f"job_id: {job}\nrequirement: {{ram: 4}}\ndemand: 2\nrounds: 3\ndeadline_s: 30\n"
+        f"job_id: {job}\nrequirement: {{only-{job}: 1}}\ndemand: 2\nrounds: 3\ndeadline_s: 30\n"
     )
     code, out, err = await api.cli("job", "submit", str(good), "--json")
     assert code == 0, err

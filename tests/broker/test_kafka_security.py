@@ -39,7 +39,8 @@ async def produce(bootstrap: str, creds: Credentials | None, topic: str) -> None
     )
     try:
         await asyncio.wait_for(producer.start(), 15)
-        await asyncio.wait_for(producer.send_and_wait(topic, b"x"), 15)
+        # A key, since compacted topics (venn.status) refuse records without one.
+        await asyncio.wait_for(producer.send_and_wait(topic, b"x", key=b"k"), 15)
     finally:
         await producer.stop()
 

@@ -980,11 +980,12 @@ def test_every_service_runs_as_compose_starts_it(
         assert status == 200 and assigned and float(assigned.group(1)) > 0, metrics[:2000]
         assert listens_on_all_addresses(web_port) in (True, None)
 
-        # Each service signed in as itself; the device-facing gateway (like the devices)
-        # may not write job events on this cluster, the coordinator may.
-        for name in ("gateway", "devices"):
+        # Each service signed in as itself: the gateway (which submits jobs for the job API)
+        # may not assign devices, the devices may not write job events.
+        refused = {"gateway": topics.ASSIGNMENTS, "devices": topics.JOBS}
+        for name, topic in refused.items():
             with pytest.raises(TopicAuthorizationFailedError):
-                asyncio.run(produce(broker, kafka_credentials(stack[name]), topics.JOBS))
+                asyncio.run(produce(broker, kafka_credentials(stack[name]), topic))
         assert kafka_credentials(stack["gateway"]).user == "gateway"
 
         servers = [s for s in stack.values() if s.name not in ONE_SHOTS | {"coordinator"}]

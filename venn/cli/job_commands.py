@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from venn.cli.api_client import ApiClient, ApiFailure
 from venn.jobspec import JobSpecError, parse_job_spec
@@ -59,9 +59,34 @@ def _job_line(job: dict[str, Any]) -> list[str]:
 
 
 def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    table = Table("job", "state", "round", "demand met", "sched delay s", "response s", "waits")
+    # Ids stay whole on one line (they are copied into `venn job status`); the other
+    # columns give way on a narrow terminal.
+    widest = max((len(str(job["job_id"])) for job in jobs), default=3)
+    table = Table(
+        Column("job", no_wrap=True, min_width=widest),
+        Column("state", no_wrap=True),
+        Column("round", no_wrap=True),
+        "demand met", "sched delay s", "response s", "waits",
+    )  # fmt: skip
     for job in jobs:
         table.add_row(*_job_line(job))
+    return table
+
+
+def _job_detail(job: dict[str, Any]) -> Table:
+    """One job, a field per line: what `venn job status` shows."""
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    line = dict(zip(("job", "state", "round", "demand met", "sched delay s", "response s",
+                     "waits"), _job_line(job), strict=True))  # fmt: skip
+    requirement = job.get("requirement") or {}
+    line["requirement"] = ", ".join(f"{k}>={v:g}" for k, v in requirement.items()) or "any"
+    line["deadline s"] = str(job.get("deadline_s"))
+    if job.get("jct_s") is not None:
+        line["jct s"] = f"{job['jct_s']:.1f}"
+    for name, value in line.items():
+        table.add_row(name, value)
     return table
 
 
@@ -133,7 +158,7 @@ def status(
     if as_json:
         _print_json(job)
     else:
-        console.print(_jobs_table([job]))
+        console.print(_job_detail(job))
 
 
 @app.command()
