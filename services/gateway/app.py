@@ -12,7 +12,8 @@
   up in front of the broker) is answered 429 + retry_after at once. Never a 5xx, never
   later than the bound.
 - `POST /v1/results`: a device's result -> DeviceResult on venn.results (key job_id).
-- `GET /healthz`, `GET /openapi.json`.
+- `GET /healthz`, `GET /openapi.json`; the job API (`jobs_api`) and the live dashboard
+  (`dashboard`: `GET /` and its event stream).
 
 Stateless: every process has its own consumer and matches only its own check-ins, so any
 number of gateways can run behind a load balancer (or share one port with SO_REUSEPORT).
@@ -36,7 +37,7 @@ from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client import CollectorRegistry, Histogram
 
-from services.gateway import jobs_api
+from services.gateway import dashboard, jobs_api
 from services.gateway.batcher import BatcherBusy, CheckinBatcher
 from services.gateway.config import GatewayConfig
 from services.gateway.demand import DemandView
@@ -765,7 +766,7 @@ def create_app(
     app.router.add_post("/v1/checkin", checkin)
     app.router.add_post("/v1/results", results)
     app.router.add_post("/v1/devices", enroll)
-    jobs_api.register(app, gw)
+    dashboard.register(app, gw, jobs_api.register(app, gw).feed)
     return app
 
 

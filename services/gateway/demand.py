@@ -32,11 +32,14 @@ class DemandView:
         self.used: dict[tuple[str, int], set[str]] = {}
         """(job, open attempt) -> ids of the assignments seen for it."""
         self._open: tuple[Requirement, ...] | None = None
+        self.assignments_seen = 0
+        """Assignments read since the gateway started (the dashboard's assignment rate)."""
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event of venn.jobs, venn.rounds or venn.assignments into the view."""
         assignments = ev.assignments_of(event)
         if assignments:
+            self.assignments_seen += len(assignments)
             for a in assignments:
                 attempt = self.book.get(a.job_id).open_attempt
                 if attempt is not None and attempt.index == a.round_index:

@@ -92,6 +92,7 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.ROUNDS,
                 topics.REVOCATIONS,
                 topics.STATUS,
+                topics.DEAD_LETTERS,  # the dashboard counts them
             ),
             # venn.jobs: the job API's submissions and cancels (each with a job token the
             # gateway issued for that job alone; the scheduler checks it)

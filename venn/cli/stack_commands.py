@@ -31,7 +31,27 @@ def up(
     console.print(f"database  {info.database_description}")
     for name, pid in info.services.items():
         console.print(f"{name:<9} pid {pid}  log {info.run_dir / (name + '.log')}")
+    console.print(f"dashboard {_dashboard_url()}", soft_wrap=True)
     console.print(f"stop with: VENN_RUN_DIR={info.run_dir} venn down")
+
+
+def _dashboard_url(ttl_s: float | None = None) -> str:
+    """The dashboard of the gateway of VENN_RUN_DIR's stack, with an operator token."""
+    from venn.stack.local import DASHBOARD_TOKEN_TTL_S, dashboard_url, stack_ports
+
+    settings = Settings.from_env()
+    port = stack_ports(settings.run_dir).get("gateway", settings.gateway_port)
+    return dashboard_url(settings, port, ttl_s or DASHBOARD_TOKEN_TTL_S)
+
+
+def dashboard(
+    ttl: Annotated[float, typer.Option("--ttl", help="Lifetime of its token, seconds.")] = (
+        12 * 3600.0
+    ),
+) -> None:
+    """Print the live dashboard's URL (the gateway of `venn up`), with an operator token in
+    its fragment (kept by the page in the tab's sessionStorage, never sent in a request)."""
+    typer.echo(_dashboard_url(ttl))
 
 
 def down(
@@ -162,3 +182,4 @@ def register(app: typer.Typer) -> None:
     app.command()(down)
     app.command()(demo)
     app.command()(prepare)
+    app.command()(dashboard)

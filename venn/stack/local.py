@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from venn.audit.embedded import EmbeddedPostgres, server_version
 from venn.audit.migrate import upgrade_database
+from venn.auth import Tokens
 from venn.broker import security
 from venn.broker.local import (
     KAFKA_DIR,
@@ -44,6 +45,8 @@ from venn.stack.processes import (
 )
 
 POSTGRES_DIR = "postgres"
+DASHBOARD_TOKEN_TTL_S = 12 * 3600.0
+"""Lifetime of the operator token in the dashboard URL `venn up` prints."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,22 @@ def stack_ports(run_dir: str | Path) -> dict[str, int]:
     except (OSError, ValueError, AttributeError):
         return {}
     return {str(k): int(v) for k, v in ports.items()} if isinstance(ports, dict) else {}
+
+
+def dashboard_url(
+    settings: Settings, port: int | None = None, ttl_s: float = DASHBOARD_TOKEN_TTL_S
+) -> str:
+    """The gateway's dashboard page (``port``: the gateway's, default VENN_GATEWAY_PORT).
+    With authentication it carries a fresh operator token in the URL fragment, which a
+    browser never sends to a server; the page moves it into the tab's sessionStorage."""
+    host = settings.gateway_host
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    host = f"[{host}]" if ":" in host else host
+    url = f"http://{host}:{port or settings.gateway_port}/"
+    if settings.auth_enabled:
+        token = Tokens(settings.auth_secret).issue("admin", "dashboard", ttl_s=ttl_s)
+        url += f"#token={token}"
+    return url
 
 
 def down(settings: Settings, timeout: float = 10.0) -> list[str]:

@@ -1,0 +1,228 @@
+"""The live dashboard on the gateway's address (issue 15, item 3).
+
+- ``GET /``: the page (``static/index.html``; plain HTML, JS and CSS, no build step; charts
+  with uPlot, vendored with its licence). Public: it holds no data.
+- ``GET /static/{file}``: its scripts and styles.
+- ``GET /v1/events/dashboard``: server-sent events, one ``snapshot`` event (JSON, built by
+  `services.gateway.dashboard_view`) every ``SNAPSHOT_PERIOD_S``. Needs an operator
+  (admin) token in ``Authorization: Bearer``, checked again before every event, so a token
+  that expires or is revoked ends the stream with an ``auth`` event. The page sends the
+  token it was given in its URL fragment (``/#token=...``, which browsers never send to a
+  server) or typed into its login field; it keeps it in sessionStorage.
+
+Dead letters come from venn.dead-letters, read from its beginning by a group-less consumer
+(`DeadLetterFeed`); the rest from the gateway's views (the job fold, venn.status).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+from aiohttp import web
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from services.gateway.dashboard_view import DeadLetterTally, RateMeter, dashboard_snapshot
+from services.gateway.status_feed import StatusFeed
+from venn import events as ev
+from venn.auth import AuthError, bearer
+from venn.broker import topics
+from venn.broker.topics import ensure_topics
+from venn.settings import Settings
+
+if TYPE_CHECKING:
+    from services.gateway.app import Gateway
+
+log = logging.getLogger("venn.gateway.dashboard")
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+SNAPSHOT_PERIOD_S = 1.0
+EVENTS_PATH = "/v1/events/dashboard"
+PAGE_HEADERS = {
+    # The page loads only its own files and talks only to its own origin.
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
+_encode = msgspec.json.Encoder().encode
+
+
+class DeadLetterFeed:
+    """Follows venn.dead-letters from its beginning into a `DeadLetterTally`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.tally = DeadLetterTally()
+        self.bad_records = 0
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        s = self.settings
+        counts = await ensure_topics(
+            s.broker, s.topic_partitions, options=s.kafka_options, names=(topics.DEAD_LETTERS,)
+        )
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.broker,
+            client_id=f"venn-gateway-dead-letters-{os.getpid()}",
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **s.kafka_options,
+        )
+        await consumer.start()
+        self._consumer = consumer
+        parts = [TopicPartition(topics.DEAD_LETTERS, p) for p in range(counts[topics.DEAD_LETTERS])]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        self._task = asyncio.create_task(self._follow(consumer), name="gateway-dead-letters")
+
+    async def _follow(self, consumer: AIOKafkaConsumer) -> None:
+        allowed = ev.ALLOWED_ON[topics.DEAD_LETTERS]
+        max_bytes = self.settings.max_event_bytes
+        while True:
+            try:
+                batches = await consumer.getmany(timeout_ms=500, max_records=1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dead-letter consumer failed; retrying")
+                await asyncio.sleep(1.0)
+                continue
+            for messages in batches.values():
+                for m in messages:
+                    try:
+                        letter = ev.decode(m.value, allowed, max_bytes)
+                    except ev.InvalidEvent:
+                        self.bad_records += 1  # never a dead letter of a dead letter
+                        continue
+                    if isinstance(letter, ev.DeadLetter):
+                        self.tally.add(letter)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+
+class Board:
+    """The snapshot every stream sends, built at most once per period whatever the number
+    of open pages."""
+
+    def __init__(self, gw: Gateway, status: StatusFeed, period_s: float) -> None:
+        self.gw = gw
+        self.status = status
+        self.period_s = period_s
+        self.dead_letters = DeadLetterFeed(gw.settings)
+        self.assignments = RateMeter()
+        self.stopping = asyncio.Event()
+        self._built_at = -1.0
+        self._event = b""
+
+    def event(self) -> bytes:
+        """The current ``snapshot`` event, encoded for the stream."""
+        now = time.time()
+        if now - self._built_at >= self.period_s * 0.5:
+            gw = self.gw
+            self.assignments.observe(now, gw.view.assignments_seen)
+            snapshot = dashboard_snapshot(
+                gw.view,
+                self.status.latest,
+                now,
+                assignments=self.assignments,
+                dead_letters=self.dead_letters.tally,
+                gateway={
+                    "id": gw.id,
+                    "view_ready": gw.view_ready,
+                    "broker_available": gw.broker.available,
+                },
+            )
+            self._event = b"event: snapshot\ndata: " + _encode(snapshot) + b"\n\n"
+            self._built_at = now
+        return self._event
+
+
+def register(
+    app: web.Application, gw: Gateway, status: StatusFeed, period_s: float = SNAPSHOT_PERIOD_S
+) -> Board:
+    """Add the page, its files and its event stream to the gateway's app."""
+    board = Board(gw, status, period_s)
+    page = (STATIC_DIR / "index.html").read_bytes()
+
+    async def feed(_app: web.Application) -> AsyncIterator[None]:
+        await board.dead_letters.start()
+        yield
+        await board.dead_letters.stop()
+
+    async def shutdown(_app: web.Application) -> None:
+        board.stopping.set()  # open streams end now, not at the server's shutdown timeout
+
+    app.cleanup_ctx.append(feed)
+    app.on_shutdown.append(shutdown)
+
+    def refused(exc: AuthError) -> web.Response:
+        gw.stats.unauthorized += 1
+        body = _encode({"error": exc.code, "detail": exc.detail})
+        response = web.Response(body=body, status=exc.status, content_type="application/json")
+        if exc.status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="venn"'
+        return response
+
+    def operator(request: web.Request) -> None:
+        if gw.tokens is not None:
+            gw.tokens.check(bearer(request.headers.get("Authorization")), "admin")
+
+    async def index(request: web.Request) -> web.Response:
+        return web.Response(body=page, content_type="text/html", headers=PAGE_HEADERS)
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        try:
+            operator(request)
+        except AuthError as exc:
+            return refused(exc)
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",  # a proxy in front must not hold the events back
+            }
+        )
+        await response.prepare(request)
+        try:
+            await response.write(f"retry: {int(period_s * 2000)}\n\n".encode())
+            while not board.stopping.is_set():
+                try:
+                    operator(request)
+                except AuthError as exc:
+                    gw.stats.unauthorized += 1
+                    body = _encode({"error": exc.code, "detail": exc.detail})
+                    await response.write(b"event: auth\ndata: " + body + b"\n\n")
+                    break
+                await response.write(board.event())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(board.stopping.wait(), period_s)
+        except (ConnectionResetError, ConnectionError):
+            pass  # the page went away
+        return response
+
+    app.router.add_get("/", index)
+    app.router.add_static("/static/", STATIC_DIR, follow_symlinks=False)
+    app.router.add_get(EVENTS_PATH, events)
+    return board
