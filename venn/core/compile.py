@@ -130,18 +130,39 @@ class TableCompiler:
         k = 1 if table is None else policy.num_sections
         ranked = self._uniform_numpy(jobs, num_jobs, view.sig_matrix, table, k)
         if jobs.by_key and n > 1:
-            self._overtake_budgets(jobs, ranked.candidates.reshape(-1, n), ranked.budget)
+            self._overtake_budgets(jobs, ranked.candidates, table, ranked.budget)
         return ranked if uniform else replace(ranked, uniform=False)
 
     @staticmethod
-    def _overtake_budgets(jobs: OpenJobs, rows: np.ndarray, budget: np.ndarray) -> None:
-        """Cap the budget of every job listed right behind another in some row."""
-        ahead, behind = rows[:, :-1].ravel(), rows[:, 1:].ravel()
+    def _overtake_budgets(
+        jobs: OpenJobs, candidates: np.ndarray, table: np.ndarray | None, budget: np.ndarray
+    ) -> None:
+        """Cap the budget of every job listed right behind another in the same section
+        of some row (``candidates`` [signatures, tiers, jobs]; ``table`` the policy's
+        section of each (signature, group), None for one section).
+
+        Neighbours across a section boundary are not a pair: sections are ordered by
+        the plan, not by key, so the first job of a later section is usually already
+        "ahead" of the last of the one before and would get a budget of 1 (a recompile
+        after every assignment it takes, for an order no key change can alter).
+        """
+        sigs, v, n = candidates.shape
+        rows = candidates.reshape(sigs * v, n)
+        ahead, behind = rows[:, :-1], rows[:, 1:]
         listed = behind >= 0
-        # Pairs across a section boundary are capped too: only an early recompile.
-        pairs = np.unique(ahead[listed] * (len(budget) + 1) + behind[listed])
+        if table is not None:
+            entries = jobs.entries
+            group_of = np.zeros(len(budget), dtype=np.int64)
+            for idx, e in entries.items():
+                group_of[idx] = e.group
+            sig = np.repeat(np.arange(sigs, dtype=np.int64), v)[:, None]
+            sec_ahead = table[sig, group_of[np.maximum(ahead, 0)]]
+            sec_behind = table[sig, group_of[np.maximum(behind, 0)]]
+            listed &= sec_ahead == sec_behind
+        width = len(budget) + 1
+        pairs = np.unique(ahead[listed] * width + behind[listed])
         entries = jobs.entries
-        for a_idx, b_idx in zip(*np.divmod(pairs, len(budget) + 1), strict=True):
+        for a_idx, b_idx in zip(*np.divmod(pairs, width), strict=True):
             a, b = entries[int(a_idx)], entries[int(b_idx)]
             limit = overtake_count(b.remaining, b.weight, b.idx, a.remaining, a.weight, a.idx)
             if limit < budget[b.idx]:

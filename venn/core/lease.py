@@ -164,6 +164,7 @@ class _Lease:
     granted: int = 0
     used: int = 0
     last: int = 0  # size of the last grant increment seen
+    reported: bool = False  # a report went out since the last grant increment
 
 
 @dataclass
@@ -186,6 +187,7 @@ class PartitionLeases:
         if grant.granted_total > lease.granted:
             lease.last = grant.granted_total - lease.granted
             lease.granted = grant.granted_total
+            lease.reported = False
 
     def available(self, job_id: str, round_index: int) -> int:
         """Assignments this partition may still make to the round."""
@@ -216,11 +218,23 @@ class PartitionLeases:
             return False
         return lease.granted - lease.used <= self.rule.low_mark(lease.last)
 
-    def report(self, job_id: str, round_index: int) -> Report:
-        """The cumulative use of the round, for the owner."""
+    def report_due(self, job_id: str, round_index: int) -> bool:
+        """Whether to report now: the quota is at its low-water mark and no report went
+        out since the last grant increment. One report per grant is enough: the owner
+        tops up from its reserve if it can, and a reserve that is empty stays empty
+        (grants are never taken back), so a second report could earn nothing."""
         lease = self._leases.get(job_id)
-        used = lease.used if lease is not None and lease.round_index == round_index else 0
-        return Report(job_id, round_index, self.partition, used)
+        if lease is None or lease.round_index != round_index or lease.reported:
+            return False
+        return lease.granted - lease.used <= self.rule.low_mark(lease.last)
+
+    def report(self, job_id: str, round_index: int) -> Report:
+        """The cumulative use of the round, for the owner (marks a report as sent)."""
+        lease = self._leases.get(job_id)
+        if lease is not None and lease.round_index == round_index:
+            lease.reported = True
+            return Report(job_id, round_index, self.partition, lease.used)
+        return Report(job_id, round_index, self.partition, 0)
 
 
 __all__ = ["Grant", "LeaseBook", "LeaseRule", "PartitionLeases", "Report"]

@@ -170,7 +170,7 @@ class PartitionedSimulation(Simulation):
                 q = p.partition[c]
                 taken = self.parts[q].take(js.spec.job_id, js.round_index)
                 assert taken, "a partition assigned without quota"
-                if self.parts[q].low(js.spec.job_id, js.round_index):
+                if self.parts[q].report_due(js.spec.job_id, js.round_index):
                     due[(q, job)] = p.time[c]
         for (q, job), t in sorted(due.items(), key=lambda kv: (kv[1], kv[0])):
             js = by_idx[job]
