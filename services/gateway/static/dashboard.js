@@ -208,7 +208,7 @@ function renderDead(dead) {
 }
 
 // -- charts (uPlot) -------------------------------------------------------------------------
-const history = { t: [], assign: [], checkins: [], running: [], demand: [] };
+const series = { t: [], assign: [], checkins: [], running: [], demand: [] };
 let rateChart = null;
 let jobChart = null;
 
@@ -245,16 +245,16 @@ function makeCharts() {
 
 function record(s) {
   const demand = s.open_demand.reduce((sum, g) => sum + g.open_demand, 0);
-  history.t.push(s.time);
-  history.assign.push(s.assignments.per_s);
-  history.checkins.push(s.supply.available ? s.supply.checkin_rate_per_s : null);
-  history.running.push(s.jobs.filter((j) => j.ended_at === null).length);
-  history.demand.push(demand);
-  while (history.t.length && history.t[0] < s.time - HISTORY_S) {
-    for (const key of Object.keys(history)) history[key].shift();
+  series.t.push(s.time);
+  series.assign.push(s.assignments.per_s);
+  series.checkins.push(s.supply.available ? s.supply.checkin_rate_per_s : null);
+  series.running.push(s.jobs.filter((j) => j.ended_at === null).length);
+  series.demand.push(demand);
+  while (series.t.length && series.t[0] < s.time - HISTORY_S) {
+    for (const key of Object.keys(series)) series[key].shift();
   }
-  if (rateChart) rateChart.setData([history.t, history.assign, history.checkins]);
-  if (jobChart) jobChart.setData([history.t, history.running, history.demand]);
+  if (rateChart) rateChart.setData([series.t, series.assign, series.checkins]);
+  if (jobChart) jobChart.setData([series.t, series.running, series.demand]);
 }
 
 function render(s) {
