@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import TopicAuthorizationFailedError
 
 from services.gateway.dashboard_view import DeadLetterTally, RateMeter, dashboard_snapshot
 from services.gateway.status_feed import StatusFeed
@@ -97,6 +98,15 @@ class DeadLetterFeed:
                 batches = await consumer.getmany(timeout_ms=500, max_records=1000)
             except asyncio.CancelledError:
                 raise
+            except TopicAuthorizationFailedError:
+                # A deployment whose ACLs predate the dashboard: everything else still works.
+                log.warning(
+                    "may not read %s: the dashboard counts no dead letters (grant "
+                    "the gateway read access: venn prepare --secure)",
+                    topics.DEAD_LETTERS,
+                )
+                self.tally.unavailable = True
+                return
             except Exception:
                 log.exception("dead-letter consumer failed; retrying")
                 await asyncio.sleep(1.0)

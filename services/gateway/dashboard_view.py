@@ -61,6 +61,8 @@ class DeadLetterTally:
     counts once."""
 
     total: int = 0
+    unavailable: bool = False
+    """The gateway may not read venn.dead-letters (its ACLs predate the dashboard)."""
     by_source: dict[str, int] = field(default_factory=dict)
     recent: deque[Json] = field(default_factory=lambda: deque(maxlen=RECENT_DEAD_LETTERS))
     _seen: set[str] = field(default_factory=set)
@@ -83,6 +85,7 @@ class DeadLetterTally:
 
     def as_json(self) -> Json:
         return {
+            "available": not self.unavailable,
             "total": self.total,
             "by_source": dict(sorted(self.by_source.items())),
             "recent": list(reversed(self.recent)),  # newest first

@@ -112,7 +112,7 @@ def test_snapshot_of_a_finished_a_running_and_an_unknown_scheduler() -> None:
     assert [d["feeds"] for d in snap["plan"]["device_groups"]] == [[0], []]
     assert snap["assignments"] == {"seen": 3, "per_s": 0.3}
     dead = snap["dead_letters"]
-    assert (dead["total"], dead["by_source"]) == (2, {"venn.checkins": 2})
+    assert (dead["available"], dead["total"], dead["by_source"]) == (True, 2, {"venn.checkins": 2})
     assert [d["offset"] for d in dead["recent"]] == [2, 1]  # newest first
     assert len(dead["recent"][0]["reason"]) == 120
     assert snap["gateway"] == {"id": "gw"}

@@ -198,7 +198,9 @@ function renderSupply(supply, plan) {
 
 function renderDead(dead) {
   const sources = Object.entries(dead.by_source).map(([t, n]) => `${t}: ${n}`);
-  $("dead-sources").textContent = sources.length ? "by source: " + sources.join(", ") : "none";
+  $("dead-sources").textContent = !dead.available
+    ? "the gateway may not read venn.dead-letters"
+    : sources.length ? "by source: " + sources.join(", ") : "none";
   fill(document.querySelector("#dead tbody"), dead.recent, (row, d) => {
     cell(row, new Date(d.time * 1000).toLocaleTimeString());
     cell(row, d.source_topic);
