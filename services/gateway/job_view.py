@@ -42,6 +42,9 @@ def _waiting(
         return None  # demand met: its devices are computing
     if status is None or now - status.time > STATUS_STALE_S:
         return "unknown"
+    placement = status.job(life.job_id)
+    if placement is None or not placement.round_open:
+        return "unknown"  # the snapshot was taken before this round opened
     return wait_reason(status, life.job_id)
 
 
