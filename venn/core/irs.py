@@ -321,3 +321,295 @@ def _plan_numpy(
             else:
                 break
     return np.where(own >= 0, ascending[np.maximum(own, 0)], -1)
+
+
+# A reallocation step's record: the ranks below it whose claim it read (in the order it
+# read them; it compared the queues of those with supply), and its moves (from rank,
+# the signatures moved, their supply).
+_Move = tuple[int, list[int], float]
+_Step = tuple[list[int], list[_Move]]
+_SKIPPED: _Step = ([], [])  # a step whose group held no supply: it read only its claim
+
+
+def _as_list(queue: Sequence[float] | np.ndarray) -> list[float]:
+    """A queue as ``_plan_counts`` reads it (lists as given, anything else as floats)."""
+    if isinstance(queue, list):
+        return queue
+    return np.asarray(queue, dtype=np.float64).tolist()  # type: ignore[no-any-return]
+
+
+class _PlanState:
+    """One plan's inputs and reallocation log, for ``IrsPlanner`` to resume from."""
+
+    __slots__ = (
+        "abs_sum",
+        "asc",
+        "breadth",
+        "claim",
+        "claim_init",
+        "drains",
+        "groups",
+        "matrix",
+        "mine",
+        "own",
+        "own_init",
+        "owner",
+        "qs",
+        "rank_pos",
+        "scaled",
+        "scales",
+        "sig_ranks",
+        "steps",
+        "sup",
+        "total",
+    )
+
+    matrix: np.ndarray  # the eligibility matrix planned for (the same object)
+    groups: list[int]  # groups with open demand, as given
+    sup: list[float]  # supply per signature
+    abs_sum: float
+    rank_pos: list[int]  # rank -> position in ``groups``
+    asc: list[int]  # rank -> group
+    total: list[float]  # rank -> its group's eligible supply
+    breadth: list[int]  # rank -> its group's eligible signatures
+    sig_ranks: list[list[int]]  # signature -> ranks eligible for it
+    scaled: bool  # whether any fairness scale was given
+    own_init: list[int]
+    claim_init: list[float]
+    mine: list[list[int]]
+    qs: list[list[float]]
+    scales: list[float]
+    drains: list[float | None]
+    steps: list[_Step]
+    own: list[int]
+    claim: list[float]
+    owner: np.ndarray
+
+
+class IrsPlanner:
+    """``irs_plan_grouped`` that remembers its last plan and resumes from it.
+
+    The reallocation visits groups from the most abundant down; each step reads its own
+    claim and queue and those of the scarcer groups it compares with, and moves
+    signatures from them. A signature moves at most once (from its first owner to the
+    step that takes it: a later step takes only from groups below itself), so a plan is
+    the first allocation plus every step's moves. Between two plans usually one queue
+    changed (a round opened, closed or filled): the planner replays the old steps that
+    read nothing that changed, and recomputes the others; once a recomputed step moves
+    differently, every later step is recomputed. The result is the plan a full
+    recompute gives (``tests/pure/test_irs.py`` checks it on random event sequences).
+
+    A full recompute happens when the eligibility matrix, the set of groups with open
+    demand or the groups' supply order changed, or the supply is not whole numbers.
+    A supply change that keeps the order marks the first owners of the signatures whose
+    supply changed (their claims change), like a changed queue.
+    """
+
+    def __init__(self) -> None:
+        self._state: _PlanState | None = None
+        self.full = 0  # plans computed from scratch
+        self.resumed = 0  # plans resumed from the last one
+        self.recomputed_steps = 0  # reallocation steps recomputed by resumed plans
+
+    def plan(
+        self,
+        sig_matrix: np.ndarray,
+        supply: np.ndarray,
+        groups: Sequence[int],
+        queues: Sequence[Sequence[float]],
+        queue_scale: Mapping[int, float] | None = None,
+    ) -> np.ndarray:
+        """Owner group of every signature, as ``irs_plan_grouped`` gives it."""
+        supply = np.asarray(supply, dtype=np.float64)
+        st = self._state
+        num = len(groups)
+        group_list = groups if isinstance(groups, list) else [int(g) for g in groups]
+        scale = queue_scale or {}
+        if st is None or st.matrix is not sig_matrix or st.groups != group_list or num == 0:
+            return self._full(sig_matrix, supply, group_list, queues, scale)
+        changed: set[int] = set()
+        sup = supply.tolist()
+        old_sup = st.sup
+        if sup != old_sup:
+            moved = [s for s, (a, b) in enumerate(zip(sup, old_sup, strict=True)) if a != b]
+            delta = {s: sup[s] - old_sup[s] for s in moved}
+            abs_sum = st.abs_sum + sum(abs(sup[s]) - abs(old_sup[s]) for s in moved)
+            if not all(sup[s].is_integer() for s in moved) or abs_sum >= 2.0**52:
+                return self._full(sig_matrix, supply, group_list, queues, scale)
+            # Totals of whole numbers are exact in any order: update them by the deltas
+            # and keep the plan only if the groups' supply order stays the same.
+            total = st.total.copy()
+            touched: set[int] = set()
+            for s in moved:
+                d = delta[s]
+                for r in st.sig_ranks[s]:
+                    total[r] += d
+                    touched.add(r)
+            breadth, asc = st.breadth, st.asc
+            for r in touched:
+                key = (total[r], breadth[r], asc[r])
+                if (r > 0 and (total[r - 1], breadth[r - 1], asc[r - 1]) > key) or (
+                    r + 1 < num and key > (total[r + 1], breadth[r + 1], asc[r + 1])
+                ):
+                    return self._full(sig_matrix, supply, group_list, queues, scale)
+            claim_init, own_init = st.claim_init, st.own_init
+            for s in moved:
+                r = own_init[s]
+                if r >= 0:
+                    claim_init[r] += delta[s]
+                    changed.add(r)
+            st.total = total
+            st.sup = sup
+            st.abs_sum = abs_sum
+        qs, scales, drains, rank_pos = st.qs, st.scales, st.drains, st.rank_pos
+        if scale or st.scaled:
+            new_scales = [scale.get(g, 1.0) for g in st.asc]
+            for r in range(num):
+                if new_scales[r] != scales[r]:
+                    changed.add(r)
+            st.scales = new_scales
+            st.scaled = bool(scale)
+        for r, p in enumerate(rank_pos):
+            q = queues[p]
+            if not isinstance(q, list):
+                q = _as_list(q)
+            if q != qs[r]:
+                qs[r] = q.copy()
+                drains[r] = None
+                changed.add(r)
+        self.resumed += 1
+        if changed:
+            self._reallocate(st, changed)
+        return st.owner.copy()
+
+    def _full(
+        self,
+        sig_matrix: np.ndarray,
+        supply: np.ndarray,
+        groups: list[int],
+        queues: Sequence[Sequence[float]],
+        scale: Mapping[int, float],
+    ) -> np.ndarray:
+        """The plan from scratch, as ``_plan_counts`` computes it, with its log."""
+        self.full += 1
+        num = len(groups)
+        if num == 0 or sig_matrix.shape[0] == 0 or not _is_integral(supply):
+            self._state = None
+            return irs_plan_grouped(sig_matrix, supply, groups, queues, scale)
+        garr = np.asarray(groups, dtype=np.int64)
+        st = _PlanState()
+        st.matrix = sig_matrix
+        st.groups = groups.copy()
+        cols = sig_matrix[:, garr]
+        st.sup = supply.tolist()
+        st.abs_sum = float(np.abs(supply).sum())
+        total = supply @ cols
+        breadth = cols.sum(axis=0)
+        rank_of = np.lexsort((garr, breadth, total))
+        st.rank_pos = rank_of.tolist()
+        st.asc = garr[rank_of].tolist()
+        st.total = total[rank_of].tolist()
+        st.breadth = breadth[rank_of].tolist()
+        elig = cols[:, rank_of]
+        sig_of, rank_at = np.nonzero(elig)
+        sig_bounds = np.searchsorted(sig_of, np.arange(len(st.sup) + 1)).tolist()
+        rank_list = rank_at.tolist()
+        st.sig_ranks = [rank_list[sig_bounds[i] : sig_bounds[i + 1]] for i in range(len(st.sup))]
+        has = elig.any(axis=1)
+        own_a = np.where(has, elig.argmax(axis=1), -1)
+        st.own_init = own_a.tolist()
+        st.claim_init = np.bincount(own_a[has], weights=supply[has], minlength=num).tolist()
+        ranks, sigs = np.nonzero(elig.T)
+        bounds = np.searchsorted(ranks, np.arange(num + 1)).tolist()
+        sig_list = sigs.tolist()
+        st.mine = [sig_list[bounds[r] : bounds[r + 1]] for r in range(num)]
+        st.qs = [_as_list(queues[p]).copy() for p in st.rank_pos]
+        st.scales = [scale.get(g, 1.0) for g in st.asc]
+        st.scaled = bool(scale)
+        st.drains = [None] * num
+        st.steps = [_SKIPPED] * num
+        self._state = st
+        self._reallocate(st, None)
+        return st.owner.copy()
+
+    def _reallocate(self, st: _PlanState, changed: set[int] | None) -> None:
+        """The reallocation loop of ``_plan_counts`` from the first allocation; with
+        ``changed`` (ranks whose queue, scale or claim changed since the logged plan),
+        an old step that read none of them and follows only unchanged steps is replayed
+        from the log instead."""
+        num = len(st.asc)
+        own = st.own_init.copy()
+        claim = st.claim_init.copy()
+        sup, qs, scales, drains, mine_of, steps = (
+            st.sup,
+            st.qs,
+            st.scales,
+            st.drains,
+            st.mine,
+            st.steps,
+        )
+        replay = changed is not None
+        dirty: set[int] = changed if changed is not None else set()
+        recomputed = 0
+        for j in range(num - 1, 0, -1):
+            if replay:
+                reads, moves = steps[j]
+                if j not in dirty and dirty.isdisjoint(reads):
+                    for k, moved_sigs, amount in moves:
+                        for s in moved_sigs:
+                            own[s] = j
+                        claim[j] += amount
+                        claim[k] -= amount
+                    continue
+            recomputed += 1
+            cj = claim[j]
+            if cj <= 0:
+                step = _SKIPPED
+            else:
+                mine = mine_of[j]
+                read: list[int] = []
+                made: list[_Move] = []
+                elapsed: list[float] | None = None
+                for k in sorted(set(map(own.__getitem__, mine)), reverse=True):
+                    if k >= j:
+                        continue
+                    read.append(k)
+                    ck = claim[k]
+                    if ck <= 0:
+                        continue
+                    if elapsed is None:  # j's running drain times, added in order
+                        elapsed = list(accumulate([d / cj for d in qs[j]]))
+                    drain = drains[k]
+                    if drain is None:
+                        drain = drains[k] = sum(qs[k])
+                    m_j = bisect_left(elapsed, drain / ck)
+                    if m_j * scales[j] / cj > len(qs[k]) * scales[k] / ck:
+                        moved = 0.0
+                        taken = []
+                        for s in mine:
+                            if own[s] == k:
+                                own[s] = j
+                                moved += sup[s]
+                                taken.append(s)
+                        made.append((k, taken, moved))
+                        claim[j] += moved
+                        claim[k] -= moved
+                        cj = claim[j]
+                        elapsed = None
+                    else:
+                        break
+                step = (read, made)
+            if replay:
+                old_moves = steps[j][1]
+                if len(old_moves) != len(step[1]) or any(
+                    a[0] != b[0] or a[1] != b[1] for a, b in zip(old_moves, step[1], strict=False)
+                ):
+                    replay = False  # the state now differs from the log's
+            steps[j] = step
+        if changed is not None:
+            self.recomputed_steps += recomputed
+        if changed is None or own != st.own:
+            asc = st.asc
+            st.owner = np.array([asc[r] if r >= 0 else -1 for r in own], dtype=np.int64)
+        st.own = own
+        st.claim = claim

@@ -6,7 +6,7 @@ from typing import Literal
 
 import numpy as np
 
-from venn.core.irs import irs_plan_grouped
+from venn.core.irs import IrsPlanner
 from venn.core.policies.base import PolicyView
 from venn.core.state import JobState
 
@@ -32,6 +32,7 @@ class IrsPolicy:
         self.queue_key = queue_key
         self.owner = np.zeros(0, dtype=np.int64)
         self._table: np.ndarray | None = None
+        self.planner = IrsPlanner()  # resumes each plan from the one before
 
     def weight(self, job: JobState) -> float:
         if self.queue_key == "round":
@@ -46,7 +47,9 @@ class IrsPolicy:
             owner = np.full(view.num_signatures, -1, dtype=np.int64)
         else:
             groups, queues = view.group_queues()
-            owner = irs_plan_grouped(view.sig_matrix, view.supply, groups, queues, view.group_scale)
+            owner = self.planner.plan(
+                view.sig_matrix, view.supply, groups, queues, view.group_scale
+            )
         if owner.tolist() != self.owner.tolist():
             self._table = None  # the section table follows the owners
         self.owner = owner
