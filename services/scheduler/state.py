@@ -43,6 +43,7 @@ from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
 from venn import events as ev
 from venn.auth import AuthError, check_job_event
+from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
@@ -56,6 +57,12 @@ REFERENCE_SPEED_MS = 78.0
 REFERENCE_BANDWIDTH_KBPS = 13736.0
 
 
+SENT_MAX = 10_000
+"""Published assignment batches kept until read back."""
+SENT_PREFIX = b'{"type":"assignment_batch",'
+SENT_ID = b'"event_id":"'
+
+
 class Rejected(Exception):
     """A well-formed event that cannot be applied (e.g. unknown job): dead-letter it."""
 
@@ -65,6 +72,15 @@ def speed_proxy(speed_ms_per_sample: float, bandwidth_kbps: float) -> float:
     comp = speed_ms_per_sample / REFERENCE_SPEED_MS
     comm = bandwidth_kbps / REFERENCE_BANDWIDTH_KBPS
     return 60 * comp + (10 / comm if comm > 0 else math.inf)
+
+
+def speed_proxies(speeds: np.ndarray, bandwidths: np.ndarray) -> np.ndarray:
+    """``speed_proxy`` of many devices at once (the same values)."""
+    comp = speeds / REFERENCE_SPEED_MS
+    comm = bandwidths / REFERENCE_BANDWIDTH_KBPS
+    with np.errstate(divide="ignore"):
+        slow = np.where(comm > 0, 10 / np.where(comm > 0, comm, 1.0), np.inf)
+    return 60 * comp + slow
 
 
 def uniform_of(event_id: str) -> float:
@@ -115,6 +131,8 @@ class SchedulerState:
         self.last_seen: dict[str, float] = {}
         """Live job -> when its coordinator last said anything (this worker's clock)."""
         self.expiring: set[str] = set()
+        self.sent: dict[str, tuple[bytes, ev.AssignmentBatch]] = {}
+        """Assignment batches published and not yet read back: id -> (bytes, event)."""
         self.loaded = False
 
     def _new_core(self) -> Scheduler:
@@ -134,6 +152,7 @@ class SchedulerState:
         self.rows.clear()
         self.ledgers.clear()
         self.decided.clear()
+        self.sent.clear()
         self.last_seen.clear()
         self.expiring.clear()
         # The memory store keeps rows of revoked partitions: take only the owned ones.
@@ -410,38 +429,140 @@ class SchedulerState:
             self.held_since.pop(device_id, None)
             self.overdue_released += 1
 
-    def on_checkin_batch(self, batch: ev.CheckinBatch, now: float) -> list[ev.Event]:
+    def on_checkin_batch(
+        self, batch: ev.CheckinBatch | CheckinColumns, now: float
+    ) -> list[ev.Event]:
         """Decide every check-in of a batch: one AssignmentBatch per job that got devices,
-        and a CheckinsDeclined for the rest if the batch asks for a reply."""
-        by_job: dict[str, list[ev.Assignment]] = {}
-        declined: list[str] = []
-        for checkin in batch.checkins:
-            assignment = self.on_checkin(checkin, now)
-            if assignment is None:
-                declined.append(checkin.event_id)
-            else:
-                by_job.setdefault(assignment.job_id, []).append(assignment)
-        out: list[ev.Event] = [
-            ev.AssignmentBatch(
-                event_id=f"asgb:{batch.event_id}:{job_id}",
-                time=now,
-                job_id=job_id,
-                assignments=items,
+        and a CheckinsDeclined for the rest if the batch asks for a reply.
+
+        Decided as columns (``Scheduler.checkin_batch``): slots per distinct attribute
+        set, tiers and the staleness cut with numpy, the dispatch table applied per
+        segment. Decisions match ``on_checkin`` item by item, except that the supply
+        window sees the whole batch before a compile."""
+        cols = batch if isinstance(batch, CheckinColumns) else CheckinColumns.of(batch)
+        n = len(cols)
+        if n == 0:
+            return []
+        core = self.core
+        fresh = (now - cols.times) <= self.config.checkin_max_age_s
+        stale = n - int(fresh.sum())
+        self.stale_checkins += stale
+        device_ids = cols.device_ids
+        if not core.active_devices.keys().isdisjoint(device_ids):
+            for i in np.flatnonzero(fresh).tolist():
+                self._release_if_overdue(device_ids[i], now)
+        slots = core.index.slots_for(cols.attr_keys, cols.attrs)
+        watching = fresh & cols.observe_only
+        if watching.any():
+            core.observe_many(slots[watching], np.full(int(watching.sum()), now))
+        deciding = np.flatnonzero(fresh & ~cols.observe_only)
+        picks = np.full(n, -1, dtype=np.int64)
+        if len(deciding):
+            event_ids = cols.event_ids
+            subset = deciding.tolist()
+            tiers = (
+                core.tiers.tiers_of(speed_proxies(cols.speeds[deciding], cols.bandwidths[deciding]))
+                if core.tiers is not None
+                else None
             )
-            for job_id, items in by_job.items()
-        ]
-        if batch.reply_to and declined:
-            out.append(
-                ev.CheckinsDeclined(
-                    event_id=f"dec:{batch.event_id}",
+            compiles, started = core.compiles, time.perf_counter()
+            picks[deciding] = core.checkin_batch(
+                slots[deciding],
+                now,
+                tiers,
+                draws=lambda: np.array([uniform_of(event_ids[i]) for i in subset]),
+                device_ids=[device_ids[i] for i in subset],
+            )
+            made = core.compiles - compiles
+            if made:  # one observation per compile, each its share of the call
+                share = (time.perf_counter() - started) / made
+                for _ in range(made):
+                    metrics.PLAN_RECOMPUTE.observe(share)
+        out: list[ev.Event] = self._assignment_batches(cols, picks, now)
+        if cols.reply_to:
+            declined = np.flatnonzero(picks < 0).tolist()
+            if declined:
+                out.append(
+                    ev.CheckinsDeclined(
+                        event_id=f"dec:{cols.event_id}",
+                        time=now,
+                        reply_to=cols.reply_to,
+                        checkin_ids=[cols.event_ids[i] for i in declined],
+                    )
+                )
+        return out
+
+    def _assignment_batches(
+        self, cols: CheckinColumns, picks: np.ndarray, now: float
+    ) -> list[ev.Event]:
+        """One AssignmentBatch per job that got devices, in the order of its first
+        check-in in the batch."""
+        assigned = np.flatnonzero(picks >= 0)
+        if not len(assigned):
+            return []
+        jobs = picks[assigned]
+        found, first = np.unique(jobs, return_index=True)
+        speeds = cols.speeds.tolist()
+        bandwidths = cols.bandwidths.tolist()
+        out: list[ev.Event] = []
+        for idx in found[np.argsort(first)].tolist():
+            js = self.core.by_idx[idx]
+            job_id, rnd = js.spec.job_id, js.round_index
+            url = self.config.task_url(job_id, rnd)
+            tail = f":{job_id}:{rnd}"
+            items = [
+                ev.Assignment(
+                    event_id=f"asg:{cols.event_ids[i]}{tail}",
                     time=now,
-                    reply_to=batch.reply_to,
-                    checkin_ids=declined,
+                    job_id=job_id,
+                    round_index=rnd,
+                    device_id=cols.device_ids[i],
+                    task_url=url,
+                    speed_ms_per_sample=speeds[i],
+                    bandwidth_kbps=bandwidths[i],
+                )
+                for i in assigned[jobs == idx].tolist()
+            ]
+            self.decided.update(a.event_id for a in items)
+            self.held_since.update(dict.fromkeys((a.device_id for a in items), now))
+            out.append(
+                ev.AssignmentBatch(
+                    event_id=f"asgb:{cols.event_id}:{job_id}",
+                    time=now,
+                    job_id=job_id,
+                    assignments=items,
                 )
             )
         return out
 
     # -- venn.assignments (read back on the job's partition) ---------------------------
+    def sent_output(self, event: ev.AssignmentBatch, value: bytes) -> None:
+        """An assignment batch was published as ``value``: its read-back needs no decode."""
+        sent = self.sent
+        while len(sent) >= SENT_MAX:  # never read back (partitions moved): oldest first
+            del sent[next(iter(sent))]
+        sent[event.event_id] = (value, event)
+
+    def own_output(self, raw: bytes | None) -> ev.AssignmentBatch | None:
+        """The batch this worker published, if ``raw`` is exactly its bytes (read back on
+        the job's partition); None: decode ``raw`` strictly."""
+        if not raw or not raw.startswith(SENT_PREFIX):
+            return None
+        # The batch's own id follows its assignments: the last "event_id" in the bytes.
+        start = raw.rfind(SENT_ID)
+        end = raw.find(b'"', start + len(SENT_ID)) if start >= 0 else -1
+        if end < 0:
+            return None
+        try:
+            event_id = raw[start + len(SENT_ID) : end].decode()
+        except UnicodeDecodeError:
+            return None
+        found = self.sent.get(event_id)
+        if found is None or found[0] != raw:
+            return None
+        del self.sent[event_id]
+        return found[1]
+
     def on_assignment(self, event: ev.Event, partition: int, now: float) -> int:
         """Account an Assignment or an AssignmentBatch: one row in the ``round`` table.
         Returns how many were decided before a restart and had to be adopted by the core."""

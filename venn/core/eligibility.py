@@ -25,10 +25,14 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from venn.core.model import Requirement
+
+VECTOR_CACHE_MAX = 100_000
+"""Distinct attribute sets whose slot ``slots_for`` remembers."""
 
 
 class EligibilityIndex:
@@ -39,6 +43,7 @@ class EligibilityIndex:
         self._slot_attrs: list[Mapping[str, float]] = []
         self._group_of_req: dict[Requirement, int] = {}
         self._cuts: dict[str, list[float]] = {}  # attribute -> sorted thresholds on it
+        self._slot_of_vector: dict[Hashable, int] = {}  # slots_for's attribute sets
         self.requirements: list[Requirement] = []
         self._matrix = np.zeros((0, 0), dtype=bool)
         self._sig_of_slot = np.zeros(0, dtype=np.int32)
@@ -59,6 +64,7 @@ class EligibilityIndex:
                 if minimum not in cuts:
                     insort(cuts, minimum)
             self._cuts = dict(sorted(self._cuts.items()))
+            self._slot_of_vector.clear()  # projections may change with the new thresholds
             column = np.array([requirement.admits(a) for a in self._slot_attrs], dtype=bool)
             self._matrix = np.concatenate(
                 [self._matrix.reshape(len(self._slot_attrs), gid), column[:, None]], axis=1
@@ -97,6 +103,21 @@ class EligibilityIndex:
         """Slot of a device identified only by its attributes (the pipeline's case)."""
         projected = self.project(attrs)
         return self.slot(("attrs", projected), dict(projected))
+
+    def slots_for(
+        self, keys: Sequence[Hashable], attrs: Mapping[Any, Mapping[str, float]]
+    ) -> np.ndarray:
+        """Slots of many devices identified only by their attributes: ``keys[i]`` names
+        device i's attribute set and ``attrs[key]`` is that set. Each distinct set is
+        projected once and remembered until a new threshold changes the projection."""
+        known = self._slot_of_vector
+        missing = set(keys).difference(known)
+        if len(known) + len(missing) > VECTOR_CACHE_MAX:
+            known.clear()  # bounded whatever devices report
+            missing = set(keys)
+        for key in missing:
+            known[key] = self.slot_for_attrs(attrs[key])
+        return np.fromiter(map(known.__getitem__, keys), dtype=np.int64, count=len(keys))
 
     def add_profiles(self, profiles: Sequence[Mapping[str, float]]) -> np.ndarray:
         """Register many attribute sets at once; returns their slot ids (profile i -> key i)."""

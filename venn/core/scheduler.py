@@ -14,7 +14,7 @@ job's remaining demand in its order key; how the preference becomes a table is
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -278,6 +278,11 @@ class Scheduler:
     ) -> Assignment | None:
         """Decide one check-in: the device's slot, capacity tier and a U(0,1) draw."""
         self.supply.observe(slot, now)
+        return self._decide(slot, now, tier, u, device_id)
+
+    def _decide(
+        self, slot: int, now: float, tier: int, u: float, device_id: Hashable | None
+    ) -> Assignment | None:
         if device_id is not None and self.track_devices and device_id in self.active_devices:
             return None
         sig = int(self.index.signature_of_slot[slot])
@@ -295,6 +300,137 @@ class Scheduler:
             self.active_devices[device_id] = (js.spec.job_id, js.round_index)
             js.devices.add(device_id)
         return Assignment(js.spec.job_id, js.round_index, _device_key(device_id))
+
+    def checkin_batch(
+        self,
+        slots: np.ndarray,
+        now: float,
+        tiers: np.ndarray | None = None,
+        draws: Callable[[], np.ndarray] | None = None,
+        device_ids: Sequence[Hashable] | None = None,
+    ) -> np.ndarray:
+        """Decide many check-ins of one instant as arrays: the job idx each gets, -1 for none.
+
+        The same decisions as ``checkin`` item by item in order (a device already holding
+        an assignment, or taking one earlier in the batch, gets none), except that the
+        supply window sees the whole batch before the first compile. ``draws`` gives the
+        items' U(0,1) draws; it is called only if a table picks uniformly (computing them
+        costs more than the decision). The dispatch table holds until some job's budget is
+        spent, so the batch is decided in a few segments with one numpy pass each.
+        """
+        n = len(slots)
+        out = np.full(n, -1, dtype=np.int64)
+        if n == 0:
+            return out
+        slots = np.asarray(slots, dtype=np.int64)
+        self.supply.observe_many(slots, np.full(n, now))
+        track = device_ids is not None and self.track_devices
+        if track and len(set(device_ids)) < n:  # type: ignore[arg-type]
+            # A device twice in one batch: its second check-in depends on the first.
+            return self._checkin_items(slots, now, tiers, draws, device_ids)
+        todo = np.arange(n)
+        if track:
+            active = self.active_devices
+            if not active.keys().isdisjoint(device_ids):  # type: ignore[arg-type]
+                free = [d not in active for d in device_ids]  # type: ignore[union-attr]
+                todo = todo[np.array(free, dtype=bool)]
+        sigs = self.index.signature_of_slot[slots]
+        v = self.num_tiers
+        keys = sigs.astype(np.int64) * v
+        if self.tiers is not None and tiers is not None:
+            keys += tiers
+        u: np.ndarray | None = None
+        replanned = False
+        while len(todo):
+            if self._dirty:
+                replanned = self._replan
+            table = self.table(now)
+            # A signature first seen after the last compile: the plan must include it, from
+            # that check-in on (as ``checkin`` does).
+            unseen = np.flatnonzero(sigs[todo] >= table.counts.shape[0])
+            if len(unseen) and not (replanned and unseen[0] == 0):
+                if unseen[0] == 0:
+                    self._mark(replan=True)
+                    continue
+                end = int(unseen[0])
+            else:
+                end = len(todo)
+            if not table.any_candidate:
+                if end == len(todo):
+                    break
+                todo = todo[end:]
+                continue
+            replanned = False
+            rest, todo = todo[end:], todo[:end]
+            seg = keys[todo]
+            num_rows = table.num_rows
+            valid = seg < num_rows
+            seg = np.where(valid, seg, 0)
+            if table.uniform:
+                if u is None:
+                    u = np.asarray(draws() if draws is not None else np.zeros(n), dtype=float)
+                counts = table.counts.reshape(-1)[seg]
+                choice = np.minimum((u[todo] * counts).astype(np.int64), np.maximum(counts - 1, 0))
+                width = table.candidates.shape[2]
+                picks = table.candidates.reshape(-1, width)[seg, choice]
+                picks = np.where(counts > 0, picks, -1)
+            else:
+                picks = table.candidates[:, :, 0].reshape(-1)[seg]
+            picks = np.where(valid, picks, -1)
+            chosen = np.flatnonzero(picks >= 0)
+            if not len(chosen):
+                todo = rest
+                continue
+            jobs = picks[chosen]
+            # Each pick's rank among the picks of its job: the first pick that spends a
+            # job's budget ends the segment (the table is recompiled after it).
+            order = np.argsort(jobs, kind="stable")
+            ranked = jobs[order]
+            starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+            lengths = np.diff(np.r_[starts, len(ranked)])
+            rank = np.empty(len(jobs), dtype=np.int64)
+            rank[order] = np.arange(len(jobs)) - np.repeat(starts, lengths)
+            spent = np.flatnonzero(rank + 1 >= table.budget[jobs])
+            last = int(spent[0]) if len(spent) else len(chosen) - 1
+            taken = chosen[: last + 1]
+            taken_jobs = jobs[: last + 1]
+            items = todo[taken]
+            out[items] = taken_jobs
+            for idx, count in zip(*np.unique(taken_jobs, return_counts=True), strict=True):
+                js = self.by_idx[int(idx)]
+                self._take(js, int(count), now)
+                if track:
+                    mine = items[taken_jobs == idx].tolist()
+                    devices = [device_ids[i] for i in mine]  # type: ignore[index]
+                    holder = (js.spec.job_id, js.round_index)
+                    self.active_devices.update(dict.fromkeys(devices, holder))
+                    js.devices.update(devices)
+            todo = np.concatenate([todo[int(taken[-1]) + 1 :], rest])
+        return out
+
+    def _checkin_items(
+        self,
+        slots: np.ndarray,
+        now: float,
+        tiers: np.ndarray | None,
+        draws: Callable[[], np.ndarray] | None,
+        device_ids: Sequence[Hashable] | None,
+    ) -> np.ndarray:
+        """``checkin_batch`` one item at a time (the supply window already holds them)."""
+        n = len(slots)
+        out = np.full(n, -1, dtype=np.int64)
+        u = np.asarray(draws(), dtype=float) if draws is not None else np.zeros(n)
+        for i in range(n):
+            a = self._decide(
+                int(slots[i]),
+                now,
+                int(tiers[i]) if tiers is not None else 0,
+                float(u[i]),
+                device_ids[i] if device_ids is not None else None,
+            )
+            if a is not None:
+                out[i] = self.jobs[a.job_id].idx
+        return out
 
     # -- batch interface (the fast simulator) ----------------------------------------
     def observe_many(self, slots: np.ndarray, times: np.ndarray) -> None:
