@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from venn.core.dispatch import NO_LIMIT, DispatchTable, overtake_count
-from venn.core.open_jobs import OpenJobs
+from venn.core.open_jobs import OpenEntry, OpenJobs
 from venn.core.policies.base import Policy, PolicyView
 
 # Up to this many (jobs x row sections) a uniform pick is compiled in plain Python.
@@ -71,12 +71,60 @@ class RowSections:
         return bits
 
 
+class HeadRows:
+    """Which class heads each row of a first pick, for one class order.
+
+    Row (s, t)'s head is the first job of the earliest class (in the order of their
+    first jobs) in the lowest of its row sections that holds any class. That depends
+    only on the row sections and the class order, which most plan events leave as they
+    were: the compiler keeps this until either changes and reads the classes' current
+    first jobs through it.
+    """
+
+    def __init__(self, sections: RowSections, klasses: list[int], num_sigs: int) -> None:
+        self.sections = sections
+        self.klasses = klasses
+        k = sections.k
+        bits_of = sections.of
+        self.class_bits = class_bits = [bits_of(klass) for klass in klasses]
+        present = 0  # row sections with at least one class
+        for b in class_bits:
+            present |= b
+        row_pos = [-1] * (num_sigs * sections.v)
+        used: list[int] = []  # positions of classes that head a row, ascending
+        done = 0  # rows with a head, as their section-0 bits
+        for sec, sec_bits in enumerate(sections.section_bits):
+            want = sec_bits & ~(done << sec) & present
+            if not want:
+                continue
+            for pos, b in enumerate(class_bits):
+                hit = b & want
+                if hit:
+                    want ^= hit
+                    used.append(pos)
+                    while hit:
+                        low = hit & -hit
+                        r = (low.bit_length() - 1) // k
+                        row_pos[r] = pos
+                        done |= 1 << (r * k)
+                        hit ^= low
+                    if not want:
+                        break
+        self.row_pos = row_pos
+        self.used = sorted(set(used))
+
+
 class TableCompiler:
     """Compiles dispatch tables for one scheduler (caches what survives compiles)."""
 
     def __init__(self, num_tiers: int) -> None:
         self.num_tiers = num_tiers
         self._sections: RowSections | None = None
+        self._head_rows: HeadRows | None = None
+        # The last first pick's heads and arrays (reused while the heads stay the same).
+        self._last_heads: tuple[list[int], np.ndarray, np.ndarray] | None = None
+        # Overtake budgets of the last first pick, by (behind, ahead) entries.
+        self._overtakes: dict[tuple[OpenEntry, OpenEntry], int] = {}
 
     def compile(
         self, jobs: OpenJobs, num_jobs: int, policy: Policy, view: PolicyView
@@ -187,57 +235,62 @@ class TableCompiler:
         ordered: bool,
     ) -> DispatchTable:
         """A first pick: each row's head, and the heads' budgets."""
-        v, k = self.num_tiers, sections.k
-        sigs = sig_matrix.shape[0]
-        num_rows = sigs * v
-        # Classes in the order of their first jobs.
-        heads = sorted((members[0], klass) for klass, members in jobs.classes.items())
-        bits_of = sections.of
-        class_bits = [bits_of(klass) for _, klass in heads]
-        head_job = [jobs.idx_of(first) for first, _ in heads]
-        present = 0  # row sections with at least one job
-        for b in class_bits:
-            present |= b
-        head = [-1] * num_rows
-        used: set[int] = set()  # positions in ``heads`` of classes that head a row
-        done = 0  # rows with a head, as their section-0 bits
-        for sec, sec_bits in enumerate(sections.section_bits):
-            want = sec_bits & ~(done << sec) & present
-            if not want:
-                continue
-            for pos, b in enumerate(class_bits):
-                hit = b & want
-                if hit:
-                    want ^= hit
-                    used.add(pos)
-                    job = head_job[pos]
-                    while hit:
-                        low = hit & -hit
-                        r = (low.bit_length() - 1) // k
-                        head[r] = job
-                        done |= 1 << (r * k)
-                        hit ^= low
-                    if not want:
-                        break
+        heads = jobs.heads  # (first order key, class), in the order of first jobs
+        klasses = [klass for _, klass in heads]
+        rows = self._head_rows
+        if rows is None or rows.sections is not sections or rows.klasses != klasses:
+            rows = self._head_rows = HeadRows(sections, klasses, sig_matrix.shape[0])
+        # Each class's first job (order keys are (key, idx) when ordered, else idx).
+        head_job: list[int] = (
+            [first[1] for first, _ in heads]  # type: ignore[index]
+            if ordered
+            else [first for first, _ in heads]  # type: ignore[misc]
+        )
+        head_job.append(-1)  # position -1: a row nobody heads
+        head = [head_job[p] for p in rows.row_pos]
         budget = jobs.budgets(num_jobs)
         if ordered:
-            order = jobs.order
-            entries = jobs.entries
-            bits_by_class = {klass: b for (_, klass), b in zip(heads, class_bits, strict=True)}
-            for pos in used:
-                if pos == 0:
-                    continue  # the first job of all: nobody is ahead of it
-                first, _ = heads[pos]
-                b = class_bits[pos]
-                # The nearest job ahead sharing a row section is the one overtaken first.
-                q = bisect_left(order, first) - 1  # type: ignore[arg-type]
-                # Order keys are (key, idx) here.
-                while q >= 0 and not bits_by_class[entries[order[q][1]].klass] & b:  # type: ignore[index]
-                    q -= 1
-                if q < 0:
-                    continue
-                behind = entries[head_job[pos]]
-                ahead = entries[order[q][1]]  # type: ignore[index]
+            self._head_budgets(jobs, rows, budget)
+        v = self.num_tiers
+        sigs = sig_matrix.shape[0]
+        last = self._last_heads
+        if last is not None and last[0] == head:
+            candidates, counts = last[1], last[2]
+        else:
+            candidates = np.array(head, dtype=np.int64).reshape(sigs, v, 1)
+            counts = (candidates[:, :, 0] >= 0).astype(np.int64)  # the head, or nobody
+            candidates.flags.writeable = False  # shared by the tables of equal heads
+            counts.flags.writeable = False
+            self._last_heads = (head, candidates, counts)
+        return DispatchTable(candidates, counts, False, budget, head)
+
+    def _head_budgets(self, jobs: OpenJobs, rows: HeadRows, budget: np.ndarray) -> None:
+        """Cap each head's budget at its first overtake of the nearest job ahead of it
+        that shares one of its row sections."""
+        heads = jobs.heads
+        order = jobs.order
+        entries = jobs.entries
+        bits_of = rows.sections.bits  # every open job's class is among the heads'
+        class_bits = rows.class_bits
+        old = self._overtakes
+        new: dict[tuple[OpenEntry, OpenEntry], int] = {}
+        for pos in rows.used:
+            if pos == 0:
+                continue  # the first job of all: nobody is ahead of it
+            first = heads[pos][0]
+            b = class_bits[pos]
+            # The nearest job ahead sharing a row section is the one overtaken first.
+            q = bisect_left(order, first) - 1  # type: ignore[arg-type]
+            # Order keys are (key, idx) here.
+            while q >= 0 and not bits_of[entries[order[q][1]].klass] & b:  # type: ignore[index]
+                q -= 1
+            if q < 0:
+                continue
+            behind = entries[first[1]]  # type: ignore[index]
+            ahead = entries[order[q][1]]  # type: ignore[index]
+            pair = (behind, ahead)  # entries never change once filed
+            limit = old.get(pair)
+            if limit is None:
                 limit = overtake_count(
                     behind.remaining,
                     behind.weight,
@@ -246,11 +299,10 @@ class TableCompiler:
                     ahead.weight,
                     ahead.idx,
                 )
-                if limit < behind.remaining:
-                    budget[behind.idx] = limit
-        candidates = np.array(head, dtype=np.int64).reshape(sigs, v, 1)
-        counts = (candidates[:, :, 0] >= 0).astype(np.int64)  # the head, or nobody
-        return DispatchTable(candidates, counts, False, budget, head)
+            new[pair] = limit
+            if limit < behind.remaining:
+                budget[behind.idx] = limit
+        self._overtakes = new
 
     def _uniform_small(
         self, jobs: OpenJobs, num_jobs: int, sections: RowSections, num_sigs: int

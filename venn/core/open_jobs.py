@@ -66,6 +66,9 @@ class OpenJobs:
         self.queues: dict[int, list[float]] = {}  # group -> keys, ascending
         self.classes: dict[int, list[OrderKey]] = {}  # class -> order keys, ascending
         self.order: list[OrderKey] = []  # every open job's order key, ascending
+        # (first order key, class) of every class, ascending: the classes in the order
+        # of their first jobs, kept as jobs are filed (a compile reads it as is).
+        self.heads: list[tuple[OrderKey, int]] = []
         self.restricted: set[int] = set()  # open idx whose round is restricted to a tier
         self.touched: set[int] = set()
         # Remaining demand by idx (NO_LIMIT where closed): a fresh table's budgets.
@@ -133,7 +136,13 @@ class OpenJobs:
         if not q:
             del self.queues[e.group]
         members = self.classes[e.klass]
-        del members[bisect_left(members, e.order)]  # type: ignore[arg-type]
+        at = bisect_left(members, e.order)  # type: ignore[arg-type]
+        del members[at]
+        if at == 0:  # the class's first job changes
+            heads = self.heads
+            del heads[bisect_left(heads, (e.order, e.klass))]  # type: ignore[arg-type]
+            if members:
+                insort(heads, (members[0], e.klass))  # type: ignore[type-var]
         if not members:
             del self.classes[e.klass]
         order = self.order
@@ -154,10 +163,16 @@ class OpenJobs:
         else:
             insort(q, e.key)
         members = self.classes.get(e.klass)
+        heads = self.heads
         if members is None:
             self.classes[e.klass] = [e.order]
+            insort(heads, (e.order, e.klass))  # type: ignore[type-var]
         else:
-            insort(members, e.order)  # type: ignore[type-var]
+            at = bisect_left(members, e.order)  # type: ignore[arg-type]
+            members.insert(at, e.order)
+            if at == 0:  # it becomes the class's first job
+                del heads[bisect_left(heads, (members[1], e.klass))]  # type: ignore[arg-type]
+                insort(heads, (e.order, e.klass))  # type: ignore[type-var]
         insort(self.order, e.order)  # type: ignore[type-var]
         if e.tier is not None:
             self.restricted.add(e.idx)
