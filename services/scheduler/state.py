@@ -536,6 +536,44 @@ class SchedulerState:
         return out
 
     # -- venn.assignments (read back on the job's partition) ---------------------------
+    def _own_entries(
+        self, items: list[ev.Assignment], round_index: int, ledger: RoundLedger
+    ) -> list[list[Any]]:
+        """The read-back rows of a batch this worker decided (every item its own, of the
+        open round, new to the ledger), made with set operations; [] for any other batch
+        (``on_assignment`` then goes item by item)."""
+        ids = [a.event_id for a in items]
+        if (
+            not ids
+            or len(set(ids)) != len(ids)
+            or not self.decided.issuperset(ids)
+            or not ledger.assignments.isdisjoint(ids)
+            or any(a.round_index != round_index for a in items)
+        ):
+            return []
+        self.decided.difference_update(ids)
+        devices = [a.device_id for a in items]
+        core = self.core
+        if core.tiers is not None:
+            proxies = speed_proxies(
+                np.array([a.speed_ms_per_sample for a in items]),
+                np.array([a.bandwidth_kbps for a in items]),
+            )
+            tiers = core.tiers.tiers_of(proxies).tolist()
+        else:
+            tiers = [0] * len(items)
+        holder = (items[0].job_id, round_index)
+        get = core.active_devices.get
+        # Released before it was read back: kept as inactive (a replay is not accounted).
+        active = [get(d) == holder for d in devices]
+        ledger.assignments.update(ids)
+        ledger.tiers.update(
+            zip(
+                devices, [t if a else None for t, a in zip(tiers, active, strict=True)], strict=True
+            )
+        )
+        return [list(row) for row in zip(ids, devices, tiers, active, strict=True)]
+
     def sent_output(self, event: ev.AssignmentBatch, value: bytes) -> None:
         """An assignment batch was published as ``value``: its read-back needs no decode."""
         sent = self.sent
@@ -576,8 +614,8 @@ class SchedulerState:
         js = self.core.jobs[event.job_id]
         ledger = self._ledger(event.job_id, js.round_index)
         adopted = 0
-        entries: list[list[Any]] = []
-        for a in items:
+        entries: list[list[Any]] = self._own_entries(items, js.round_index, ledger)
+        for a in items if not entries else ():
             if js.round_index != a.round_index or a.event_id in ledger.assignments:
                 continue
             if a.event_id in self.decided:

@@ -309,104 +309,99 @@ class Scheduler:
         draws: Callable[[], np.ndarray] | None = None,
         device_ids: Sequence[Hashable] | None = None,
     ) -> np.ndarray:
-        """Decide many check-ins of one instant as arrays: the job idx each gets, -1 for none.
+        """Decide many check-ins of one instant: the job idx each gets, -1 for none.
 
         The same decisions as ``checkin`` item by item in order (a device already holding
         an assignment, or taking one earlier in the batch, gets none), except that the
         supply window sees the whole batch before the first compile. ``draws`` gives the
         items' U(0,1) draws; it is called only if a table picks uniformly (computing them
         costs more than the decision). The dispatch table holds until some job's budget is
-        spent, so the batch is decided in a few segments with one numpy pass each.
+        spent, so the batch is scanned in segments against one table each and every
+        segment's assignments are accounted at once, as the simulator's fast mode does.
         """
         n = len(slots)
-        out = np.full(n, -1, dtype=np.int64)
         if n == 0:
-            return out
+            return np.full(0, -1, dtype=np.int64)
         slots = np.asarray(slots, dtype=np.int64)
         self.supply.observe_many(slots, np.full(n, now))
         track = device_ids is not None and self.track_devices
         if track and len(set(device_ids)) < n:  # type: ignore[arg-type]
             # A device twice in one batch: its second check-in depends on the first.
             return self._checkin_items(slots, now, tiers, draws, device_ids)
-        todo = np.arange(n)
-        if track:
-            active = self.active_devices
-            if not active.keys().isdisjoint(device_ids):  # type: ignore[arg-type]
-                free = [d not in active for d in device_ids]  # type: ignore[union-attr]
-                todo = todo[np.array(free, dtype=bool)]
-        sigs = self.index.signature_of_slot[slots]
+        todo = list(range(n))
+        active = self.active_devices
+        if track and not active.keys().isdisjoint(device_ids):  # type: ignore[arg-type]
+            todo = [i for i in todo if device_ids[i] not in active]  # type: ignore[index]
+        sigs = self.index.signature_of_slot[slots].tolist()
         v = self.num_tiers
-        keys = sigs.astype(np.int64) * v
-        if self.tiers is not None and tiers is not None:
-            keys += tiers
-        u: np.ndarray | None = None
-        replanned = False
-        while len(todo):
-            if self._dirty:
-                replanned = self._replan
+        keys = (
+            [s * v + t for s, t in zip(sigs, tiers.tolist(), strict=True)]
+            if self.tiers is not None and tiers is not None
+            else [s * v for s in sigs]
+        )
+        out = [-1] * n
+        us: list[float] | None = None
+        retried = -1  # the check-in a replan was made for
+        i, m = 0, len(todo)
+        while i < m:
             table = self.table(now)
-            # A signature first seen after the last compile: the plan must include it, from
-            # that check-in on (as ``checkin`` does).
-            unseen = np.flatnonzero(sigs[todo] >= table.counts.shape[0])
-            if len(unseen) and not (replanned and unseen[0] == 0):
-                if unseen[0] == 0:
-                    self._mark(replan=True)
-                    continue
-                end = int(unseen[0])
-            else:
-                end = len(todo)
-            if not table.any_candidate:
-                if end == len(todo):
+            num_sigs = table.counts.shape[0]
+            picked: dict[int, list[int]] = {}
+            limits: dict[int, int] = {}
+            budget = table.budget
+            unseen = -1
+            stop = m
+            if table.uniform and us is None:
+                us = (draws() if draws is not None else np.zeros(n)).tolist()
+            rows = table.rows() if table.uniform else None
+            heads = table.heads()
+            first = i
+            if not table.any_candidate:  # only a new signature can change that
+                first = next((k for k in range(i, m) if sigs[todo[k]] >= num_sigs), m)
+                if first == m:
                     break
-                todo = todo[end:]
-                continue
-            replanned = False
-            rest, todo = todo[end:], todo[:end]
-            seg = keys[todo]
-            num_rows = table.num_rows
-            valid = seg < num_rows
-            seg = np.where(valid, seg, 0)
-            if table.uniform:
-                if u is None:
-                    u = np.asarray(draws() if draws is not None else np.zeros(n), dtype=float)
-                counts = table.counts.reshape(-1)[seg]
-                choice = np.minimum((u[todo] * counts).astype(np.int64), np.maximum(counts - 1, 0))
-                width = table.candidates.shape[2]
-                picks = table.candidates.reshape(-1, width)[seg, choice]
-                picks = np.where(counts > 0, picks, -1)
-            else:
-                picks = table.candidates[:, :, 0].reshape(-1)[seg]
-            picks = np.where(valid, picks, -1)
-            chosen = np.flatnonzero(picks >= 0)
-            if not len(chosen):
-                todo = rest
-                continue
-            jobs = picks[chosen]
-            # Each pick's rank among the picks of its job: the first pick that spends a
-            # job's budget ends the segment (the table is recompiled after it).
-            order = np.argsort(jobs, kind="stable")
-            ranked = jobs[order]
-            starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
-            lengths = np.diff(np.r_[starts, len(ranked)])
-            rank = np.empty(len(jobs), dtype=np.int64)
-            rank[order] = np.arange(len(jobs)) - np.repeat(starts, lengths)
-            spent = np.flatnonzero(rank + 1 >= table.budget[jobs])
-            last = int(spent[0]) if len(spent) else len(chosen) - 1
-            taken = chosen[: last + 1]
-            taken_jobs = jobs[: last + 1]
-            items = todo[taken]
-            out[items] = taken_jobs
-            for idx, count in zip(*np.unique(taken_jobs, return_counts=True), strict=True):
-                js = self.by_idx[int(idx)]
-                self._take(js, int(count), now)
+            for k in range(first, m):
+                item = todo[k]
+                if sigs[item] >= num_sigs:
+                    unseen = k  # first seen since the last compile: the plan must include it
+                    break
+                if rows is None:
+                    job = heads[keys[item]]
+                    if job < 0:
+                        continue
+                else:
+                    row = rows[keys[item]]
+                    c = len(row)
+                    if not c:
+                        continue
+                    job = row[min(int(us[item] * c), c - 1)]  # type: ignore[index]
+                mine = picked.get(job)
+                if mine is None:
+                    mine = picked[job] = [item]
+                    limits[job] = int(budget[job])
+                else:
+                    mine.append(item)
+                if len(mine) >= limits[job]:
+                    stop = k + 1  # the table changes after this one
+                    break
+            for job, items in picked.items():
+                js = self.by_idx[job]
+                self._take(js, len(items), now)
+                for item in items:
+                    out[item] = job
                 if track:
-                    mine = items[taken_jobs == idx].tolist()
-                    devices = [device_ids[i] for i in mine]  # type: ignore[index]
-                    holder = (js.spec.job_id, js.round_index)
-                    self.active_devices.update(dict.fromkeys(devices, holder))
+                    devices = [device_ids[item] for item in items]  # type: ignore[index]
+                    active.update(dict.fromkeys(devices, (js.spec.job_id, js.round_index)))
                     js.devices.update(devices)
-            todo = np.concatenate([todo[int(taken[-1]) + 1 :], rest])
-        return out
+            if unseen < 0:
+                i = stop
+            elif unseen == retried:
+                i = unseen + 1  # the new plan still lacks it: no job for it (as checkin)
+                self._mark(replan=True)
+            else:
+                i = retried = unseen
+                self._mark(replan=True)
+        return np.array(out, dtype=np.int64)
 
     def _checkin_items(
         self,
