@@ -15,8 +15,10 @@ it, and installs Debian's chromium): then it fails.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -161,6 +163,45 @@ TILES_JS = """() => ({
 })"""
 
 
+async def cli(stack: Stack, *args: str) -> tuple[int, str, str]:
+    """`venn ARGS` as an operator on this machine runs it: it finds the gateway and mints
+    its operator token from `venn up`'s run directory (no URL, no token given)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
+    env["VENN_RUN_DIR"] = str(stack.settings.run_dir)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "venn.cli", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def cli_while_running(stack: Stack, ids: list[str]) -> dict[str, Any]:
+    """The CLI's view of the live stack while the jobs run: `venn plan`, `venn devices` and
+    `venn job list` read what the running scheduler publishes, not a hand-made snapshot."""
+    seen: dict[str, Any] = {}
+    deadline = time.monotonic() + FINISH_TIMEOUT_S
+    while time.monotonic() < deadline and len(seen) < 3:
+        code, out, err = await cli(stack, "plan", "--json")
+        assert code == 0, err
+        plan = json.loads(out)
+        fed = [g for g in plan["job_groups"] if set(ids) & set(g["open_jobs"]) and g["fed_by"]]
+        if plan["available"] and fed:
+            seen.setdefault("plan", fed)
+        code, out, err = await cli(stack, "devices", "--json")
+        assert code == 0, err
+        if json.loads(out)["checkin_rate_per_s"] > 0:
+            seen.setdefault("devices", json.loads(out))
+        code, out, err = await cli(stack, "job", "list", "--json")
+        assert code == 0, err
+        states = {j["job_id"]: j["state"] for j in json.loads(out) if j["job_id"] in ids}
+        if "running" in states.values():
+            seen.setdefault("list", states)
+        await asyncio.sleep(0.5)
+    return seen
+
+
 async def screenshot(page: Page, name: str, tmp_path: Path, artifacts: Path) -> Path:
     path = tmp_path / name
     await page.screenshot(path=str(path), full_page=True)
@@ -223,6 +264,7 @@ async def test_the_page_shows_jobs_progressing_and_finishing(
 
             started = time.monotonic()
             work = asyncio.create_task(run_workload(stack, jobs, profiles))
+            live_cli = asyncio.create_task(cli_while_running(stack, ids))
             running_shot: Path | None = None
             rows: list[Any] = []
             while time.monotonic() - started < FINISH_TIMEOUT_S + 30:
@@ -250,6 +292,7 @@ async def test_the_page_shows_jobs_progressing_and_finishing(
                 print(f"\ndashboard screenshots: {running_shot} {finished_shot}")
             outcomes = await asyncio.wait_for(work, 60)
             tiles = await page.evaluate(TILES_JS)
+            live = await asyncio.wait_for(live_cli, 90)
         finally:
             await browser.close()
 
@@ -272,3 +315,16 @@ async def test_the_page_shows_jobs_progressing_and_finishing(
     assert errors == []
     assert running_shot is not None and running_shot.stat().st_size > 0
     assert finished_shot.stat().st_size > 0
+
+    # The CLI saw the same live stack: the scheduler's plan feeding these jobs' groups,
+    # devices checking in, the jobs running; and, now, each one finished with its JCT.
+    assert set(live) == {"plan", "devices", "list"}, live
+    assert {f"dash_{stack.tag}"} <= {k for g in live["plan"] for k in g["requirement"]}
+    for job_id in ids:
+        code, out, err = await cli(stack, "job", "status", job_id, "--watch", "--json")
+        assert code == 0, err
+        job = json.loads(out)
+        assert (job["state"], job["rounds_done"]) == ("finished", ROUNDS), job
+        assert job["jct_s"] == pytest.approx(outcomes[job_id].jct_s, abs=0.05)
+    code, out, _ = await cli(stack, "job", "status", ids[0])
+    assert code == 0 and "finished" in out and ids[0] in out
