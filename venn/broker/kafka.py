@@ -14,6 +14,7 @@ nodes on loopback with replication factor 3 and ``min.insync.replicas=2`` (for f
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -57,6 +58,16 @@ rootLogger.appenderRef.console.ref = console
 logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = INFO
 """
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a base64url UUID without padding, as `random-uuid` prints, and
+    like Kafka's own `Uuid.randomUuid()` never one that begins with '-' (the storage
+    tool's argument parser would read it as an option: 1 start in 64 failed)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaError(RuntimeError):
@@ -331,10 +342,7 @@ class KafkaBroker:
         record = self.data_dir / CLUSTER_FILE
         if record.exists():
             return str(json.loads(record.read_text())["cluster_id"])
-        # A KRaft cluster id is a base64url UUID without padding, as `random-uuid` prints.
-        import base64
-
-        return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        return new_cluster_id()
 
     def _write_config(self, java: str, libs: Path) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
