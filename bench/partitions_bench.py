@@ -15,6 +15,7 @@ Writes docs/bench/partitions.json; docs/scaling.md reports it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from venn.core.lease import LeaseRule
 from venn.sim.engine import SimConfig, Simulation
 from venn.sim.metrics import summarise
 from venn.sim.partitioned import PartitionedSimulation
@@ -36,7 +38,13 @@ GOAL = 0.03  # issue 13: within 3% of the single-worker average JCT
 
 
 def run_one(
-    workload: str, jobs: int, scale: float, partitions: int, delay: float, policy: str
+    workload: str,
+    jobs: int,
+    scale: float,
+    partitions: int,
+    delay: float,
+    policy: str,
+    rule: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One run: the single-worker simulator when ``partitions`` is 0, else P partitions."""
     wl = load_workload(workload, jobs=jobs)
@@ -53,7 +61,8 @@ def run_one(
     profiles = load_device_profiles()
     sim: Simulation
     if partitions:
-        sim = PartitionedSimulation(specs, source, profiles, cfg, tiers)
+        lease_rule = LeaseRule(partitions, **(rule or {}))
+        sim = PartitionedSimulation(specs, source, profiles, cfg, tiers, lease_rule)
     else:
         sim = Simulation(specs, source, profiles, cfg, tiers)
     t0 = time.perf_counter()
@@ -77,6 +86,7 @@ def run_one(
     row.update(partitions=partitions, lease_delay_s=delay if partitions else None, wall_s=wall)
     row["compiles"] = run.compiles
     if isinstance(sim, PartitionedSimulation):
+        row["rule"] = dataclasses.asdict(sim.rule)
         row["lease_messages"] = sim.messages_sent
         row["passed_over"] = sim.passed_over
     return row
@@ -90,6 +100,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=50)
     ap.add_argument("--rounds-scale", type=float, default=0.1)
     ap.add_argument("--policy", default="venn")
+    ap.add_argument("--initial-share", type=float, default=LeaseRule.initial_share)
+    ap.add_argument("--low-water", type=float, default=LeaseRule.low_water)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     console = Console()
@@ -105,7 +117,10 @@ def main() -> None:
     for w in args.workloads:
         runs = [run_one(w, args.jobs, args.rounds_scale, 0, 0.0, args.policy)]
         for d in args.delays:
-            runs.append(run_one(w, args.jobs, args.rounds_scale, args.partitions, d, args.policy))
+            rule = {"initial_share": args.initial_share, "low_water": args.low_water}
+            runs.append(
+                run_one(w, args.jobs, args.rounds_scale, args.partitions, d, args.policy, rule)
+            )
         base = runs[0]["avg_jct_censored_s"]
         for r in runs:
             r["vs_single"] = r["avg_jct_censored_s"] / base - 1.0

@@ -12,9 +12,10 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
+from venn.core.lease import LeaseRule
 from venn.core.model import JobSpec
 from venn.sim.engine import SimConfig, SimRun, Simulation, _Prepared
-from venn.sim.partitioned import PartitionedSimulation, partition_of
+from venn.sim.partitioned import HeldDevice, PartitionedSimulation, partition_of
 from venn.sim.rounds import WINDOW_SLACK_S
 from venn.sim.runner import tier_model
 from venn.traces.checkins import SyntheticTrace
@@ -67,9 +68,22 @@ class Recorded(PartitionedSimulation):
                 self.log.append((int(b.device_id[c]), job_id, rnd, p.time[c], end))
         return stop
 
+    def _assign_held(self, job: int, held: HeldDevice, t: float) -> None:
+        super()._assign_held(job, held, t)
+        js = self.sched.by_idx[job]
+        finish = t + held.noise + self._workload[job] * held.comp + held.transfer
+        ok = finish <= held.window_end + WINDOW_SLACK_S
+        end = finish if ok else held.window_end + WINDOW_SLACK_S
+        self.log.append((held.device_id, js.spec.job_id, js.round_index, t, end))
+
 
 def make(
-    cls: type[Simulation], policy: str, partitions: int, delay: float, shrink: int = 100
+    cls: type[Simulation],
+    policy: str,
+    partitions: int,
+    delay: float,
+    shrink: int = 100,
+    backstop: bool = True,
 ) -> Simulation:
     wl, jobs = small(shrink=shrink)
     cfg = SimConfig(
@@ -81,6 +95,9 @@ def make(
     )
     tiers = tier_model(SyntheticTrace(seed=wl.seed, horizon_s=86_400.0), 3)
     source = SyntheticTrace(seed=wl.seed, horizon_s=wl.horizon_s)
+    if issubclass(cls, PartitionedSimulation):
+        rule = LeaseRule(partitions, backstop=backstop)
+        return cls(jobs, source, load_device_profiles(), cfg, tiers, rule)
     return cls(jobs, source, load_device_profiles(), cfg, tiers)
 
 
@@ -96,19 +113,32 @@ def test_one_partition_with_instant_messages_decides_as_the_single_worker(policy
     part = make(PartitionedSimulation, policy, 1, 0.0)
     run = part.run()
     assert isinstance(part, PartitionedSimulation) and part.passed_over == 0
+    assert part.message_counts.get("Offer", 0) == 0
     assert run.assignments == single.assignments > 0
     assert fingerprint(run) == fingerprint(single)
 
 
-def test_twelve_partitions_keep_the_invariants() -> None:
+@pytest.mark.parametrize("backstop", [True, False])
+def test_twelve_partitions_keep_the_invariants(backstop: bool) -> None:
     # Rounds / 20: long enough (about a simulated day) for devices to check in again.
-    sim = make(Recorded, "venn", 12, 0.5, shrink=20)
+    sim = make(Recorded, "venn", 12, 0.5, shrink=20, backstop=backstop)
     assert isinstance(sim, Recorded)
     run = sim.run()
     # Every job finishes (the horizon is the workload's, long enough for all of them).
     assert all(j.finished_at is not None for j in run.jobs)
     # Partitions did pass over jobs they held no quota for: the leases were exercised.
     assert sim.passed_over > 0 and sim.messages_sent > 0
+    counts = sim.message_counts
+    if backstop:
+        # Devices were offered, accepted, refused (then mostly given to another job)
+        # and quota was recalled and given back.
+        assert sim.offers_accepted > 0 and sim.offers_refused > 0
+        assert sim.refused_reassigned > 0
+        assert counts["Offer"] == counts["Answer"] == sim.offers_accepted + sim.offers_refused
+        assert counts["Recall"] > 0
+        assert not sim._held  # every held device was answered
+    else:
+        assert set(counts) == {"Grant", "Report"}
     # No round gets more than D assignments.
     per_round: dict[tuple[str, int], int] = defaultdict(int)
     for _, job, rnd, _, _ in sim.log:

@@ -6,9 +6,10 @@ while it holds quota for the job's open round, and reports its use back. Both me
 are *cumulative* (``granted_total``, ``used_total``), so a duplicate, a replay or an
 out-of-order copy is harmless: each side keeps the maximum it has seen.
 
-Invariant: for every round, the owner's grants sum to at most the round's demand D,
-and a partition never uses more than it was granted, so however the partitions
-interleave a round gets at most D assignments.
+Invariant: for every round, the owner's grants less the releases it has seen, plus the
+offers it accepted, sum to at most the round's demand D; a partition never uses more
+than it was granted less what it released, and assigns a held device only on an accepted
+offer; so however the partitions interleave a round gets at most D assignments.
 
 Grant rule (``LeaseRule``): at round open each partition gets
 ``ceil(initial_share * D / P)`` (until D runs out); the rest is a reserve. When a
@@ -18,6 +19,17 @@ it received, rounded down), it reports, and the owner tops it up with
 little quota is stranded on partitions that see few eligible devices when the round
 ends). Quota is never taken back: a grant cannot be revoked without a global
 round trip, and cumulative grants that only grow are what makes duplicates harmless.
+
+Backstop (``LeaseRule.backstop``): a partition that holds no quota for a job a device
+should go to may hold the device and *offer* it to the owner (``Offer``); the owner
+accepts it (``Answer``) out of its reserve and refuses it when the reserve is empty. A
+refusal means the round's remaining demand sits, granted, on other partitions: the owner
+then *recalls* the unused part (``Recall``) from every partition that may still hold some,
+the partitions give it back (a cumulative ``released_total`` in their ``Report``), and
+from then on (the round's tail) the reserve serves offers only, so the last units of a
+round go to whichever partition sees an eligible device, not to the one holding them.
+Offers are numbered per partition and round, and the owner remembers its answer to each,
+so a duplicate offer gets the same answer and a duplicate answer is ignored.
 
 Only a job's newest round is kept on either side: a message about an older round is
 ignored, one about a newer round replaces the older round's lease.
@@ -43,12 +55,50 @@ class Grant:
 @dataclass(frozen=True)
 class Report:
     """Partition -> owner: ``partition`` has made ``used_total`` assignments in all to
-    round ``round_index`` of ``job_id``."""
+    round ``round_index`` of ``job_id`` out of its grants, and given ``released_total``
+    units of them back."""
 
     job_id: str
     round_index: int
     partition: int
     used_total: int
+    released_total: int = 0
+
+
+@dataclass(frozen=True)
+class Offer:
+    """Partition -> owner: ``partition`` holds a device for round ``round_index`` of
+    ``job_id`` but no quota; ``offer`` numbers its offers to the round (0, 1, ...)."""
+
+    job_id: str
+    round_index: int
+    partition: int
+    offer: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Owner -> partition: offer ``offer`` is accepted (assign the device) or not."""
+
+    job_id: str
+    round_index: int
+    partition: int
+    offer: int
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class Recall:
+    """Owner -> partition: give back what is unused of the first ``granted_total`` units
+    granted to ``partition`` for round ``round_index`` of ``job_id``."""
+
+    job_id: str
+    round_index: int
+    partition: int
+    granted_total: int
+
+
+Message = Grant | Report | Offer | Answer | Recall
 
 
 @dataclass(frozen=True)
@@ -58,6 +108,7 @@ class LeaseRule:
     partitions: int
     initial_share: float = 0.5  # of D handed out at round open, evenly
     low_water: float = 0.5  # report (and top up) at this fraction of the last grant
+    backstop: bool = True  # offer a device the partition has no quota for; recall tails
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
@@ -85,10 +136,15 @@ class _OwnedRound:
     granted: list[int]
     used: list[int]
     last: list[int]  # size of the last grant to each partition
+    released: list[int]
+    accepted: list[int]  # offers accepted from each partition
+    recalled: list[int]  # granted total at the last recall sent to each partition
+    answers: dict[tuple[int, int], bool] = field(default_factory=dict)
+    tail: bool = False  # a recall went out: the reserve now serves offers only
 
     @property
     def unallocated(self) -> int:
-        return self.demand - sum(self.granted)
+        return self.demand - sum(self.granted) + sum(self.released) - sum(self.accepted)
 
 
 class LeaseBook:
@@ -106,7 +162,7 @@ class LeaseBook:
             return []
         p = self.rule.partitions
         rnd = self._rounds[job_id] = _OwnedRound(
-            round_index, max(0, demand), [0] * p, [0] * p, [0] * p
+            round_index, max(0, demand), [0] * p, [0] * p, [0] * p, [0] * p, [0] * p, [0] * p
         )
         chunk = self.rule.initial_chunk(rnd.demand)
         out = []
@@ -124,19 +180,61 @@ class LeaseBook:
             del self._rounds[job_id]
 
     def on_report(self, report: Report) -> list[Grant]:
-        """Record a partition's cumulative use; returns the top-up it earns, if any."""
+        """Record a partition's cumulative use and releases; returns the top-up it earns,
+        if any (none in a round's tail: the reserve then serves offers only)."""
         rnd = self._rounds.get(report.job_id)
         if rnd is None or rnd.round_index != report.round_index:
             return []
         part = report.partition
         rnd.used[part] = max(rnd.used[part], min(report.used_total, rnd.granted[part]))
-        unused = rnd.granted[part] - rnd.used[part]
-        if unused > self.rule.low_mark(rnd.last[part]):
+        rnd.released[part] = max(
+            rnd.released[part],
+            min(report.released_total, rnd.granted[part] - rnd.used[part]),
+        )
+        unused = rnd.granted[part] - rnd.used[part] - rnd.released[part]
+        if rnd.tail or unused > self.rule.low_mark(rnd.last[part]):
             return []
         amount = min(self.rule.top_up(rnd.unallocated), rnd.unallocated)
         if amount <= 0:
             return []
         return [self._grant(report.job_id, rnd, part, amount)]
+
+    def on_offer(self, offer: Offer) -> list[Answer | Recall]:
+        """Answer an offer: accepted while the reserve lasts; a refusal also recalls the
+        unused quota of every other partition that may hold some. A duplicate offer gets
+        the answer the first copy got; an offer for a round not open here is refused."""
+        rnd = self._rounds.get(offer.job_id)
+        key = (offer.partition, offer.offer)
+        if rnd is None or rnd.round_index != offer.round_index:
+            return [Answer(offer.job_id, offer.round_index, offer.partition, offer.offer, False)]
+        known = rnd.answers.get(key)
+        if known is not None:
+            return [Answer(offer.job_id, offer.round_index, offer.partition, offer.offer, known)]
+        accepted = self.rule.backstop and rnd.unallocated > 0
+        rnd.answers[key] = accepted
+        out: list[Answer | Recall] = [
+            Answer(offer.job_id, offer.round_index, offer.partition, offer.offer, accepted)
+        ]
+        if accepted:
+            rnd.accepted[offer.partition] += 1
+            return out
+        if not self.rule.backstop:
+            return out
+        rnd.tail = True
+        for part in range(self.rule.partitions):
+            unused = rnd.granted[part] - rnd.used[part] - rnd.released[part]
+            if part != offer.partition and unused > 0 and rnd.recalled[part] < rnd.granted[part]:
+                rnd.recalled[part] = rnd.granted[part]
+                out.append(Recall(offer.job_id, rnd.round_index, part, rnd.granted[part]))
+        return out
+
+    def committed(self, job_id: str, round_index: int) -> int:
+        """Units the round may still be assigned or has been: grants less the releases
+        seen, plus accepted offers (at most the demand)."""
+        rnd = self._rounds.get(job_id)
+        if rnd is None or rnd.round_index != round_index:
+            return 0
+        return rnd.demand - rnd.unallocated
 
     def _grant(self, job_id: str, rnd: _OwnedRound, part: int, amount: int) -> Grant:
         rnd.granted[part] += amount
@@ -162,7 +260,11 @@ class LeaseBook:
 class _Lease:
     round_index: int
     granted: int = 0
-    used: int = 0
+    used: int = 0  # out of the grants
+    released: int = 0
+    accepted: int = 0  # held devices assigned on an accepted offer
+    offers: int = 0  # offers sent (the next offer's number)
+    pending: set[int] = field(default_factory=set)  # offers not yet answered
     last: int = 0  # size of the last grant increment seen
     reported: bool = False  # a report went out since the last grant increment
 
@@ -194,15 +296,79 @@ class PartitionLeases:
         lease = self._leases.get(job_id)
         if lease is None or lease.round_index != round_index:
             return 0
-        return lease.granted - lease.used
+        return lease.granted - lease.used - lease.released
 
     def take(self, job_id: str, round_index: int) -> bool:
         """Use one unit of quota; False (and nothing used) if there is none."""
         lease = self._leases.get(job_id)
-        if lease is None or lease.round_index != round_index or lease.used >= lease.granted:
+        if (
+            lease is None
+            or lease.round_index != round_index
+            or lease.used + lease.released >= lease.granted
+        ):
             return False
         lease.used += 1
         return True
+
+    def can_offer(self, job_id: str, round_index: int) -> bool:
+        """Whether to hold a device for the round and offer it to the owner: the backstop
+        is on, this partition has no quota for the round and no offer of its own to it
+        is still unanswered (one device in flight per partition and round)."""
+        if not self.rule.backstop:
+            return False
+        lease = self._leases.get(job_id)
+        if lease is None or lease.round_index < round_index:
+            return True
+        if lease.round_index > round_index:
+            return False
+        return not lease.pending and lease.granted - lease.used - lease.released <= 0
+
+    def offer(self, job_id: str, round_index: int) -> Offer:
+        """Offer a held device to the round (the caller keeps the device until the
+        answer); a newer round than the lease's replaces it."""
+        lease = self._leases.get(job_id)
+        if lease is None or lease.round_index < round_index:
+            lease = self._leases[job_id] = _Lease(round_index)
+        elif lease.round_index > round_index:
+            raise ValueError("offer for an older round")
+        number = lease.offers
+        lease.offers += 1
+        lease.pending.add(number)
+        return Offer(job_id, round_index, self.partition, number)
+
+    def on_answer(self, answer: Answer) -> bool:
+        """Apply an answer: True if it accepts a pending offer (assign the held device);
+        False if refused, a duplicate, or for a round this partition no longer leases."""
+        if answer.partition != self.partition:
+            raise ValueError(f"answer for partition {answer.partition} at {self.partition}")
+        lease = self._leases.get(answer.job_id)
+        if lease is None or lease.round_index != answer.round_index:
+            return False
+        if answer.offer not in lease.pending:
+            return False
+        lease.pending.discard(answer.offer)
+        if answer.accepted:
+            lease.accepted += 1
+        return answer.accepted
+
+    def on_recall(self, recall: Recall) -> Report | None:
+        """Give back the unused part of the first ``recall.granted_total`` units granted
+        (never units granted after the recall was sent); returns the report that tells
+        the owner, or None for a round this partition does not lease."""
+        if recall.partition != self.partition:
+            raise ValueError(f"recall for partition {recall.partition} at {self.partition}")
+        lease = self._leases.get(recall.job_id)
+        if lease is None or lease.round_index != recall.round_index:
+            return None
+        lease.released = max(lease.released, min(lease.granted, recall.granted_total) - lease.used)
+        return Report(recall.job_id, recall.round_index, self.partition, lease.used, lease.released)
+
+    def assigned(self, job_id: str, round_index: int) -> int:
+        """Assignments this partition made to the round: out of grants and on offers."""
+        lease = self._leases.get(job_id)
+        if lease is None or lease.round_index != round_index:
+            return 0
+        return lease.used + lease.accepted
 
     def low_mark(self, job_id: str, round_index: int) -> int:
         """Unused quota of the round at or below which this partition reports."""
@@ -216,7 +382,7 @@ class PartitionLeases:
         lease = self._leases.get(job_id)
         if lease is None or lease.round_index != round_index:
             return False
-        return lease.granted - lease.used <= self.rule.low_mark(lease.last)
+        return lease.granted - lease.used - lease.released <= self.rule.low_mark(lease.last)
 
     def report_due(self, job_id: str, round_index: int) -> bool:
         """Whether to report now: the quota is at its low-water mark and no report went
@@ -226,15 +392,25 @@ class PartitionLeases:
         lease = self._leases.get(job_id)
         if lease is None or lease.round_index != round_index or lease.reported:
             return False
-        return lease.granted - lease.used <= self.rule.low_mark(lease.last)
+        return lease.granted - lease.used - lease.released <= self.rule.low_mark(lease.last)
 
     def report(self, job_id: str, round_index: int) -> Report:
         """The cumulative use of the round, for the owner (marks a report as sent)."""
         lease = self._leases.get(job_id)
         if lease is not None and lease.round_index == round_index:
             lease.reported = True
-            return Report(job_id, round_index, self.partition, lease.used)
+            return Report(job_id, round_index, self.partition, lease.used, lease.released)
         return Report(job_id, round_index, self.partition, 0)
 
 
-__all__ = ["Grant", "LeaseBook", "LeaseRule", "PartitionLeases", "Report"]
+__all__ = [
+    "Answer",
+    "Grant",
+    "LeaseBook",
+    "LeaseRule",
+    "Message",
+    "Offer",
+    "PartitionLeases",
+    "Recall",
+    "Report",
+]

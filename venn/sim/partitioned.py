@@ -10,6 +10,12 @@ policy: a uniform pick among those). Grants and reports are messages that arrive
 falls to the low-water mark. The table itself is assumed current at every partition
 (what the leases cost, not a stale table, is measured).
 
+With the backstop (``LeaseRule.backstop``), a partition that has no quota for the first
+candidate it could offer to holds the device and offers it to the owner; on an accepted
+answer the device's task starts when the answer arrives, on a refusal the device goes to
+the first candidate of its row (in the table of that instant) that the partition holds
+quota for, if any.
+
 Only the fast mode is partitioned; a run with one partition is ``Simulation`` itself.
 """
 
@@ -17,14 +23,26 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from venn.core.dispatch import DispatchTable
-from venn.core.lease import Grant, LeaseBook, LeaseRule, PartitionLeases, Report
+from venn.core.lease import (
+    Answer,
+    Grant,
+    LeaseBook,
+    LeaseRule,
+    Message,
+    Offer,
+    PartitionLeases,
+    Recall,
+    Report,
+)
 from venn.core.matching import TierModel
 from venn.core.model import JobSpec
 from venn.sim.engine import _MESSAGE, SimConfig, Simulation, _Prepared
+from venn.sim.rounds import WINDOW_SLACK_S
 from venn.traces.checkins import CheckinBatch, CheckinSource
 from venn.traces.devices import DeviceProfiles
 
@@ -39,6 +57,20 @@ def partition_of(device_ids: np.ndarray, partitions: int) -> np.ndarray:
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB) & _M64
         x ^= x >> np.uint64(31)
     return (x % np.uint64(partitions)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class HeldDevice:
+    """A check-in held by its partition while an offer for it is in flight."""
+
+    device_id: int
+    slot: int
+    tier: int
+    checked_in: float
+    noise: float
+    comp: float
+    transfer: float
+    window_end: float
 
 
 class PartitionedSimulation(Simulation):
@@ -62,24 +94,102 @@ class PartitionedSimulation(Simulation):
             raise ValueError("the lease rule is for another number of partitions")
         self.book = LeaseBook(self.rule)
         self.parts = [PartitionLeases(q, self.rule) for q in range(config.partitions)]
-        self._messages: dict[int, Grant | Report] = {}
+        self._messages: dict[int, Message] = {}
         self.messages_sent = 0
+        self.message_counts: dict[str, int] = {}  # by message type
         self.passed_over = 0  # check-ins that skipped a candidate for lack of quota
+        self.offers_accepted = 0
+        self.offers_refused = 0
+        self.refused_reassigned = 0  # refused devices then given to another candidate
+        self._held: dict[tuple[int, str, int, int], HeldDevice] = {}
+        self._step_offers: list[tuple[int, int, int]] = []  # (check-in, partition, job)
 
     # -- lease messages --------------------------------------------------------------
-    def _send(self, msg: Grant | Report, t: float) -> None:
+    def _send(self, msg: Message, t: float) -> None:
         seq = next(self._seq)
         self._messages[seq] = msg
         self.messages_sent += 1
+        kind = type(msg).__name__
+        self.message_counts[kind] = self.message_counts.get(kind, 0) + 1
         heapq.heappush(self.heap, (t + self.config.lease_delay_s, _MESSAGE, seq, "", seq))
 
     def _deliver(self, message: int, t: float) -> None:
         msg = self._messages.pop(message)
         if isinstance(msg, Grant):
             self.parts[msg.partition].on_grant(msg)
+        elif isinstance(msg, Report):
+            for grant in self.book.on_report(msg):
+                self._send(grant, t)
+        elif isinstance(msg, Offer):
+            for out in self.book.on_offer(msg):
+                self._send(out, t)
+        elif isinstance(msg, Recall):
+            report = self.parts[msg.partition].on_recall(msg)
+            if report is not None:
+                self._send(report, t)
+        else:
+            self._answered(msg, t)
+
+    def _answered(self, answer: Answer, t: float) -> None:
+        """An answer to an offer reaches the partition holding the device."""
+        held = self._held.pop(
+            (answer.partition, answer.job_id, answer.round_index, answer.offer), None
+        )
+        if held is None:
             return
-        for grant in self.book.on_report(msg):
-            self._send(grant, t)
+        js = self.sched.jobs.get(answer.job_id)
+        accepted = self.parts[answer.partition].on_answer(answer)
+        lr = self.live.get(answer.job_id)
+        if (
+            accepted
+            and js is not None
+            and lr is not None
+            and lr.record.attempt == answer.round_index
+        ):
+            # Accepted out of the owner's reserve while this round was open, and it is
+            # still open: it has demand left for the device.
+            assert js.remaining > 0, "an accepted offer beyond the demand"
+            self.offers_accepted += 1
+            self._assign_held(js.idx, held, t)
+            return
+        self.offers_refused += 1
+        # Refused (or the round closed while the answer travelled): the device goes to
+        # the first candidate of its row that this partition holds quota for (no second
+        # offer).
+        sched = self.sched
+        table = sched.table(t)
+        if table.uniform:
+            return
+        key = int(sched.index.signature_of_slot[held.slot]) * sched.num_tiers + held.tier
+        if key >= table.num_rows:
+            return
+        lease = self.parts[answer.partition]
+        for job in table.rows()[key]:
+            other = sched.by_idx[job]
+            if lease.take(other.spec.job_id, other.round_index):
+                self.refused_reassigned += 1
+                self._assign_held(job, held, t)
+                if lease.report_due(other.spec.job_id, other.round_index):
+                    self._send(lease.report(other.spec.job_id, other.round_index), t)
+                return
+
+    def _assign_held(self, job: int, held: HeldDevice, t: float) -> None:
+        """Assign a held device to job ``job`` at ``t``: its task starts now."""
+        resp = held.noise + self._workload[job] * held.comp + held.transfer
+        finish = t + resp
+        self.sched.assign_many(job, 1, t)
+        self.assignments += 1
+        lr = self._live_of[job]
+        assert lr is not None
+        lr.record.assigned += 1
+        if finish <= held.window_end + WINDOW_SLACK_S:
+            if self._detail:
+                lr.add([finish], [held.tier], [resp])
+            else:
+                lr.add([finish])
+            self._offer_close(lr, self._needed[job])
+        else:
+            lr.record.failures += 1
 
     def _round_opened(self, job_id: str, attempt: int, demand: int, t: float) -> None:
         for grant in self.book.open_round(job_id, attempt, demand):
@@ -115,6 +225,10 @@ class PartitionedSimulation(Simulation):
         limits: dict[int, int] = {}
         quota: dict[tuple[int, int], int] = {}  # (partition, job): left in this step
         marks: dict[tuple[int, int], int] = {}
+        offers = self._step_offers
+        offers.clear()
+        may_offer: dict[tuple[int, int], bool] = {}  # (partition, job): in this step
+        backstop = self.rule.backstop and not uniform
         last = -1
         for c in range(i, j):
             key = keys[c]
@@ -125,6 +239,7 @@ class PartitionedSimulation(Simulation):
                 continue
             q = part_of[c]
             ok: list[int] = []
+            offer_to = -1
             for job in row:
                 left = quota.get((q, job))
                 if left is None:
@@ -136,6 +251,21 @@ class PartitionedSimulation(Simulation):
                     ok.append(job)
                     if not uniform:
                         break
+                elif backstop:
+                    can = may_offer.get((q, job))
+                    if can is None:
+                        js = by_idx[job]
+                        can = parts[q].can_offer(js.spec.job_id, js.round_index)
+                    if can:
+                        may_offer[(q, job)] = False  # one device in flight
+                        offer_to = job
+                        break
+            if offer_to >= 0:
+                if offer_to != row[0]:
+                    self.passed_over += 1
+                offers.append((c, q, offer_to))
+                last = c
+                continue
             if not ok:
                 continue
             if ok[0] != row[0]:
@@ -161,6 +291,24 @@ class PartitionedSimulation(Simulation):
         stop = super()._commit_step(p, positions, i, j, stop)
         limit = i + stop
         by_idx = self.sched.by_idx
+        b = p.batch
+        for c, q, job in self._step_offers:
+            if c >= limit:
+                break  # the next step decides it again
+            js = by_idx[job]
+            offer = self.parts[q].offer(js.spec.job_id, js.round_index)
+            self._held[(q, offer.job_id, offer.round_index, offer.offer)] = HeldDevice(
+                int(b.device_id[c]),
+                int(p.slots[c]),
+                p.tier_list[c],
+                p.time[c],
+                float(b.noise[c]),
+                float(b.comp[c]),
+                float(p.transfer[c]),
+                float(b.end[c]),
+            )
+            self._send(offer, p.time[c])
+        self._step_offers.clear()
         due: dict[tuple[int, int], float] = {}
         for job, mine in positions.items():
             js = by_idx[job]
