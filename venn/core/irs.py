@@ -331,6 +331,14 @@ _Step = tuple[list[int], list[_Move]]
 _SKIPPED: _Step = ([], [])  # a step whose group held no supply: it read only its claim
 
 
+def _sig_ranks(elig: np.ndarray) -> list[list[int]]:
+    """The ranks eligible for each signature (``elig`` [signatures, rank])."""
+    sig_of, rank_at = np.nonzero(elig)
+    bounds = np.searchsorted(sig_of, np.arange(elig.shape[0] + 1)).tolist()
+    ranks = rank_at.tolist()
+    return [ranks[bounds[i] : bounds[i + 1]] for i in range(elig.shape[0])]
+
+
 def _as_list(queue: Sequence[float] | np.ndarray) -> list[float]:
     """A queue as ``_plan_counts`` reads it (lists as given, anything else as floats)."""
     if isinstance(queue, list):
@@ -345,9 +353,12 @@ class _PlanState:
         "abs_sum",
         "asc",
         "breadth",
+        "breadth_by_pos",
         "claim",
         "claim_init",
+        "cols",
         "drains",
+        "garr",
         "groups",
         "matrix",
         "mine",
@@ -372,7 +383,11 @@ class _PlanState:
     asc: list[int]  # rank -> group
     total: list[float]  # rank -> its group's eligible supply
     breadth: list[int]  # rank -> its group's eligible signatures
-    sig_ranks: list[list[int]]  # signature -> ranks eligible for it
+    garr: np.ndarray  # ``groups`` as an array
+    cols: np.ndarray  # eligibility [signatures, position in ``groups``]
+    breadth_by_pos: np.ndarray  # eligible signatures per position in ``groups``
+    # Signature -> ranks eligible for it (small instances: totals updated in Python).
+    sig_ranks: list[list[int]] | None
     scaled: bool  # whether any fairness scale was given
     own_init: list[int]
     claim_init: list[float]
@@ -427,40 +442,26 @@ class IrsPlanner:
         scale = queue_scale or {}
         if st is None or st.matrix is not sig_matrix or st.groups != group_list or num == 0:
             return self._full(sig_matrix, supply, group_list, queues, scale)
-        changed: set[int] = set()
+        changed: set[int] = set()  # ranks whose claim, queue or scale changed
+        dirty: set[int] = set()  # steps to recompute whatever they read
         sup = supply.tolist()
         old_sup = st.sup
         if sup != old_sup:
             moved = [s for s, (a, b) in enumerate(zip(sup, old_sup, strict=True)) if a != b]
-            delta = {s: sup[s] - old_sup[s] for s in moved}
             abs_sum = st.abs_sum + sum(abs(sup[s]) - abs(old_sup[s]) for s in moved)
             if not all(sup[s].is_integer() for s in moved) or abs_sum >= 2.0**52:
                 return self._full(sig_matrix, supply, group_list, queues, scale)
-            # Totals of whole numbers are exact in any order: update them by the deltas
-            # and keep the plan only if the groups' supply order stays the same.
-            total = st.total.copy()
-            touched: set[int] = set()
-            for s in moved:
-                d = delta[s]
-                for r in st.sig_ranks[s]:
-                    total[r] += d
-                    touched.add(r)
-            breadth, asc = st.breadth, st.asc
-            for r in touched:
-                key = (total[r], breadth[r], asc[r])
-                if (r > 0 and (total[r - 1], breadth[r - 1], asc[r - 1]) > key) or (
-                    r + 1 < num and key > (total[r + 1], breadth[r + 1], asc[r + 1])
-                ):
-                    return self._full(sig_matrix, supply, group_list, queues, scale)
-            claim_init, own_init = st.claim_init, st.own_init
-            for s in moved:
-                r = own_init[s]
-                if r >= 0:
-                    claim_init[r] += delta[s]
-                    changed.add(r)
-            st.total = total
             st.sup = sup
             st.abs_sum = abs_sum
+            if self._same_order(st, supply, moved, old_sup):
+                claim_init, own_init = st.claim_init, st.own_init
+                for s in moved:
+                    r = own_init[s]
+                    if r >= 0:
+                        claim_init[r] += sup[s] - old_sup[s]
+                        changed.add(r)
+            else:
+                self._reorder(st, supply, moved, changed, dirty)
         qs, scales, drains, rank_pos = st.qs, st.scales, st.drains, st.rank_pos
         if scale or st.scaled:
             new_scales = [scale.get(g, 1.0) for g in st.asc]
@@ -478,9 +479,115 @@ class IrsPlanner:
                 drains[r] = None
                 changed.add(r)
         self.resumed += 1
-        if changed:
-            self._reallocate(st, changed)
+        if changed or dirty:
+            self._reallocate(st, changed, dirty)
         return st.owner.copy()
+
+    @staticmethod
+    def _same_order(st: _PlanState, supply: np.ndarray, moved: list[int], old: list[float]) -> bool:
+        """Update the groups' totals for the signatures whose supply moved; whether the
+        supply order of the groups stayed the same."""
+        if st.sig_ranks is None:  # a large instance: numpy does it faster
+            total = supply @ st.cols
+            rank_of = np.lexsort((st.garr, st.breadth_by_pos, total))
+            st.total = total[rank_of].tolist()
+            return rank_of.tolist() == st.rank_pos
+        # Totals of whole numbers are exact in any order: update them by the deltas.
+        sup = st.sup
+        total = st.total
+        touched: set[int] = set()
+        for s in moved:
+            d = sup[s] - old[s]
+            for r in st.sig_ranks[s]:
+                total[r] += d
+                touched.add(r)
+        breadth, asc = st.breadth, st.asc
+        num = len(asc)
+        for r in touched:
+            key = (total[r], breadth[r], asc[r])
+            if (r > 0 and (total[r - 1], breadth[r - 1], asc[r - 1]) > key) or (
+                r + 1 < num and key > (total[r + 1], breadth[r + 1], asc[r + 1])
+            ):
+                return False
+        return True
+
+    @staticmethod
+    def _reorder(
+        st: _PlanState, supply: np.ndarray, moved: list[int], changed: set[int], dirty: set[int]
+    ) -> None:
+        """Carry the log over to the groups' new supply order (``st.sup`` is the new
+        supply), marking what the new order may change.
+
+        Every group whose order with some other group flipped is changed (a step may
+        now meet it among the groups below itself, or no longer; the groups processed
+        before a group whose order flipped with none are the same as before);
+        so is every group whose first-allocation claim differs. A signature whose first
+        owner differs changes what every step eligible for it sees: those steps are
+        recomputed.
+        """
+        num = len(st.asc)
+        cols = st.cols
+        total = supply @ cols
+        rank_of = np.lexsort((st.garr, st.breadth_by_pos, total))
+        new_pos = rank_of.tolist()
+        old_rank = {p: r for r, p in enumerate(st.rank_pos)}
+        inv = [old_rank[p] for p in new_pos]  # new rank -> old rank
+        perm = [0] * num  # old rank -> new rank
+        for r, o in enumerate(inv):
+            perm[o] = r
+        # Groups in an inversion: some group ahead of it was behind it, or the reverse.
+        high = -1
+        for r, o in enumerate(inv):
+            if high > o:
+                changed.add(r)
+            high = max(high, o)
+        low = num
+        for r in range(num - 1, -1, -1):
+            o = inv[r]
+            if low < o:
+                changed.add(r)
+            low = min(low, o)
+
+        def remap(step: _Step) -> _Step:
+            if step is _SKIPPED:
+                return step
+            reads, moves = step
+            return [perm[k] for k in reads], [(perm[k], sigs, amt) for k, sigs, amt in moves]
+
+        st.steps = [remap(st.steps[o]) for o in inv]
+        st.qs = [st.qs[o] for o in inv]
+        st.scales = [st.scales[o] for o in inv]
+        st.drains = [st.drains[o] for o in inv]
+        st.mine = [st.mine[o] for o in inv]
+        st.rank_pos = new_pos
+        st.asc = st.garr[rank_of].tolist()
+        st.total = total[rank_of].tolist()
+        st.breadth = st.breadth_by_pos[rank_of].tolist()
+        elig = cols[:, rank_of]
+        has = elig.any(axis=1)
+        own_a = np.where(has, elig.argmax(axis=1), -1)
+        own_init = own_a.tolist()
+        claim_init = np.bincount(own_a[has], weights=supply[has], minlength=num).tolist()
+        old_own, old_claim = st.own_init, st.claim_init
+        for s, (a, b) in enumerate(zip(own_init, old_own, strict=True)):
+            if b >= 0:
+                b = perm[b]
+            if a != b:
+                changed.add(a)
+                changed.add(b)
+                dirty.update(np.flatnonzero(elig[s]).tolist())
+        for r, o in enumerate(inv):
+            if claim_init[r] != old_claim[o]:
+                changed.add(r)
+        for s in moved:  # the supply a move from its first owner carries changed
+            if own_init[s] >= 0:
+                changed.add(own_init[s])
+        changed.discard(-1)
+        st.own_init = own_init
+        st.claim_init = claim_init
+        if st.sig_ranks is not None:
+            st.sig_ranks = _sig_ranks(elig)
+        st.own = []  # rank numbers mean other groups now: rebuild the owners
 
     def _full(
         self,
@@ -500,21 +607,19 @@ class IrsPlanner:
         st = _PlanState()
         st.matrix = sig_matrix
         st.groups = groups.copy()
-        cols = sig_matrix[:, garr]
+        st.garr = garr
+        st.cols = cols = sig_matrix[:, garr]
         st.sup = supply.tolist()
         st.abs_sum = float(np.abs(supply).sum())
         total = supply @ cols
-        breadth = cols.sum(axis=0)
+        st.breadth_by_pos = breadth = cols.sum(axis=0)
         rank_of = np.lexsort((garr, breadth, total))
         st.rank_pos = rank_of.tolist()
         st.asc = garr[rank_of].tolist()
         st.total = total[rank_of].tolist()
         st.breadth = breadth[rank_of].tolist()
         elig = cols[:, rank_of]
-        sig_of, rank_at = np.nonzero(elig)
-        sig_bounds = np.searchsorted(sig_of, np.arange(len(st.sup) + 1)).tolist()
-        rank_list = rank_at.tolist()
-        st.sig_ranks = [rank_list[sig_bounds[i] : sig_bounds[i + 1]] for i in range(len(st.sup))]
+        st.sig_ranks = _sig_ranks(elig) if elig.size <= SMALL_CELLS else None
         has = elig.any(axis=1)
         own_a = np.where(has, elig.argmax(axis=1), -1)
         st.own_init = own_a.tolist()
@@ -532,7 +637,9 @@ class IrsPlanner:
         self._reallocate(st, None)
         return st.owner.copy()
 
-    def _reallocate(self, st: _PlanState, changed: set[int] | None) -> None:
+    def _reallocate(
+        self, st: _PlanState, changed: set[int] | None, dirty: set[int] | None = None
+    ) -> None:
         """The reallocation loop of ``_plan_counts`` from the first allocation; with
         ``changed`` (ranks whose queue, scale or claim changed since the logged plan),
         an old step that read none of them and follows only unchanged steps is replayed
@@ -549,12 +656,13 @@ class IrsPlanner:
             st.steps,
         )
         replay = changed is not None
-        dirty: set[int] = changed if changed is not None else set()
+        changed_ranks: set[int] = changed if changed is not None else set()
+        redo: set[int] = changed_ranks | dirty if dirty else changed_ranks
         recomputed = 0
         for j in range(num - 1, 0, -1):
             if replay:
                 reads, moves = steps[j]
-                if j not in dirty and dirty.isdisjoint(reads):
+                if j not in redo and changed_ranks.isdisjoint(reads):
                     for k, moved_sigs, amount in moves:
                         for s in moved_sigs:
                             own[s] = j
