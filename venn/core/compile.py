@@ -56,9 +56,43 @@ class RowSections:
         row_bits = ((1 << (sigs * v * k)) - 1) // ((1 << k) - 1)
         self.section_bits = [row_bits << sec for sec in range(k)]
         self.bits: dict[int, int] = {}  # class -> its row-section bits
+        # Made from ``parent`` by ``updated``: the signatures whose sections changed.
+        self.parent: RowSections | None = None
+        self.changed_sigs: list[int] = []
 
     def matches(self, sig_matrix: np.ndarray, table: np.ndarray | None, v: int) -> bool:
         return self.sig_matrix is sig_matrix and self.table is table and self.v == v
+
+    def updated(self, table: np.ndarray) -> RowSections | None:
+        """These sections for a new section table over the same eligibility (a new
+        plan): only the bits of the cells whose section changed move. None if the
+        tables are not comparable."""
+        old = self.table
+        if old is None or old.shape != table.shape:
+            return None
+        s_idx, g_idx = np.nonzero((old != table) & self.sig_matrix)
+        new = RowSections.__new__(RowSections)
+        new.sig_matrix, new.table, new.v, new.k = self.sig_matrix, table, self.v, self.k
+        new._all_tiers = self._all_tiers
+        new.section_bits = self.section_bits
+        stride = self.v * self.k
+        group_bits = self._group_bits.copy()
+        for sig, g, a, b in zip(
+            s_idx.tolist(),
+            g_idx.tolist(),
+            old[s_idx, g_idx].tolist(),
+            table[s_idx, g_idx].tolist(),
+            strict=True,
+        ):
+            group_bits[g] ^= (1 << (sig * stride + a)) | (1 << (sig * stride + b))
+        new._group_bits = group_bits
+        moved = set(g_idx.tolist())
+        per_group = self.v + 1
+        new.bits = {c: b for c, b in self.bits.items() if c // per_group not in moved}
+        new.changed_sigs = sorted(set(s_idx.tolist()))
+        new.parent = self
+        self.parent = None  # keep one generation only
+        return new
 
     def of(self, klass: int) -> int:
         """Bits of a class ``group * (v + 1) + tier + 1`` (tier -1: unrestricted)."""
@@ -81,27 +115,45 @@ class HeadRows:
     first jobs through it.
     """
 
-    def __init__(self, sections: RowSections, klasses: list[int], num_sigs: int) -> None:
+    row_pos: list[int]  # row -> position in ``klasses`` of its head class, -1 if none
+    used: list[int]  # positions of the classes that head some row, ascending
+
+    def __init__(
+        self,
+        sections: RowSections,
+        klasses: list[int],
+        num_sigs: int,
+        last: HeadRows | None = None,
+    ) -> None:
+        """``last``: the head rows of the same class order over ``sections.parent``;
+        only the rows of the signatures whose sections changed are assigned again."""
         self.sections = sections
         self.klasses = klasses
-        k = sections.k
         bits_of = sections.of
         self.class_bits = class_bits = [bits_of(klass) for klass in klasses]
+        v, k = sections.v, sections.k
+        if last is None:
+            row_pos = [-1] * (num_sigs * v)
+            rows = sections.section_bits[0]  # every row, as its section-0 bit
+        else:
+            row_pos = last.row_pos.copy()
+            rows = 0
+            for sig in sections.changed_sigs:
+                for r in range(sig * v, sig * v + v):
+                    row_pos[r] = -1
+                    rows |= 1 << (r * k)
         present = 0  # row sections with at least one class
         for b in class_bits:
             present |= b
-        row_pos = [-1] * (num_sigs * sections.v)
-        used: list[int] = []  # positions of classes that head a row, ascending
         done = 0  # rows with a head, as their section-0 bits
         for sec, sec_bits in enumerate(sections.section_bits):
-            want = sec_bits & ~(done << sec) & present
+            want = sec_bits & (rows << sec) & ~(done << sec) & present
             if not want:
                 continue
             for pos, b in enumerate(class_bits):
                 hit = b & want
                 if hit:
                     want ^= hit
-                    used.append(pos)
                     while hit:
                         low = hit & -hit
                         r = (low.bit_length() - 1) // k
@@ -111,7 +163,7 @@ class HeadRows:
                     if not want:
                         break
         self.row_pos = row_pos
-        self.used = sorted(set(used))
+        self.used = sorted(set(row_pos) - {-1})
 
 
 class TableCompiler:
@@ -222,9 +274,21 @@ class TableCompiler:
         """The class bit sets for the current eligibility and section tables (cached
         while both stay the same objects)."""
         cache = self._sections
-        if cache is None or not cache.matches(sig_matrix, table, self.num_tiers):
-            cache = self._sections = RowSections(sig_matrix, table, self.num_tiers, k)
-        return cache
+        if cache is not None and cache.matches(sig_matrix, table, self.num_tiers):
+            return cache
+        new = None
+        if (
+            cache is not None
+            and table is not None
+            and cache.sig_matrix is sig_matrix
+            and cache.v == self.num_tiers
+            and cache.k == k
+        ):
+            new = cache.updated(table)
+        if new is None:
+            new = RowSections(sig_matrix, table, self.num_tiers, k)
+        self._sections = new
+        return new
 
     def _first(
         self,
@@ -238,8 +302,12 @@ class TableCompiler:
         heads = jobs.heads  # (first order key, class), in the order of first jobs
         klasses = [klass for _, klass in heads]
         rows = self._head_rows
-        if rows is None or rows.sections is not sections or rows.klasses != klasses:
+        if rows is None or rows.klasses != klasses:
             rows = self._head_rows = HeadRows(sections, klasses, sig_matrix.shape[0])
+        elif rows.sections is not sections:
+            # A new plan moved some signatures' sections: assign only their rows again.
+            since = rows if sections.parent is rows.sections else None
+            rows = self._head_rows = HeadRows(sections, klasses, sig_matrix.shape[0], since)
         # Each class's first job (order keys are (key, idx) when ordered, else idx).
         head_job: list[int] = (
             [first[1] for first, _ in heads]  # type: ignore[index]
