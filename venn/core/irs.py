@@ -444,6 +444,9 @@ class IrsPlanner:
             return self._full(sig_matrix, supply, group_list, queues, scale)
         changed: set[int] = set()  # ranks whose claim, queue or scale changed
         dirty: set[int] = set()  # steps to recompute whatever they read
+        # New rank -> old rank and back, when the supply order changed (the log's steps
+        # are in the old ranks).
+        reranked: tuple[list[int], list[int]] | None = None
         sup = supply.tolist()
         old_sup = st.sup
         if sup != old_sup:
@@ -461,7 +464,7 @@ class IrsPlanner:
                         claim_init[r] += sup[s] - old_sup[s]
                         changed.add(r)
             else:
-                self._reorder(st, supply, moved, changed, dirty)
+                reranked = self._reorder(st, supply, moved, changed, dirty)
         qs, scales, drains, rank_pos = st.qs, st.scales, st.drains, st.rank_pos
         if scale or st.scaled:
             new_scales = [scale.get(g, 1.0) for g in st.asc]
@@ -480,7 +483,7 @@ class IrsPlanner:
                 changed.add(r)
         self.resumed += 1
         if changed or dirty:
-            self._reallocate(st, changed, dirty)
+            self._reallocate(st, changed, dirty, reranked)
         return st.owner.copy()
 
     @staticmethod
@@ -514,7 +517,7 @@ class IrsPlanner:
     @staticmethod
     def _reorder(
         st: _PlanState, supply: np.ndarray, moved: list[int], changed: set[int], dirty: set[int]
-    ) -> None:
+    ) -> tuple[list[int], list[int]]:
         """Carry the log over to the groups' new supply order (``st.sup`` is the new
         supply), marking what the new order may change.
 
@@ -548,13 +551,7 @@ class IrsPlanner:
                 changed.add(r)
             low = min(low, o)
 
-        def remap(step: _Step) -> _Step:
-            if step is _SKIPPED:
-                return step
-            reads, moves = step
-            return [perm[k] for k in reads], [(perm[k], sigs, amt) for k, sigs, amt in moves]
-
-        st.steps = [remap(st.steps[o]) for o in inv]
+        # The steps stay in the old ranks: ``_reallocate`` maps those it replays.
         st.qs = [st.qs[o] for o in inv]
         st.scales = [st.scales[o] for o in inv]
         st.drains = [st.drains[o] for o in inv]
@@ -588,6 +585,7 @@ class IrsPlanner:
         if st.sig_ranks is not None:
             st.sig_ranks = _sig_ranks(elig)
         st.own = []  # rank numbers mean other groups now: rebuild the owners
+        return inv, perm
 
     def _full(
         self,
@@ -638,7 +636,11 @@ class IrsPlanner:
         return st.owner.copy()
 
     def _reallocate(
-        self, st: _PlanState, changed: set[int] | None, dirty: set[int] | None = None
+        self,
+        st: _PlanState,
+        changed: set[int] | None,
+        dirty: set[int] | None = None,
+        reranked: tuple[list[int], list[int]] | None = None,
     ) -> None:
         """The reallocation loop of ``_plan_counts`` from the first allocation; with
         ``changed`` (ranks whose queue, scale or claim changed since the logged plan),
@@ -647,22 +649,23 @@ class IrsPlanner:
         num = len(st.asc)
         own = st.own_init.copy()
         claim = st.claim_init.copy()
-        sup, qs, scales, drains, mine_of, steps = (
-            st.sup,
-            st.qs,
-            st.scales,
-            st.drains,
-            st.mine,
-            st.steps,
-        )
+        sup, qs, scales, drains, mine_of = st.sup, st.qs, st.scales, st.drains, st.mine
+        old_steps = st.steps  # in the old ranks if ``reranked``
+        steps = old_steps if reranked is None else [_SKIPPED] * num
+        inv, perm = reranked if reranked is not None else (None, None)
         replay = changed is not None
         changed_ranks: set[int] = changed if changed is not None else set()
         redo: set[int] = changed_ranks | dirty if dirty else changed_ranks
+        # What the old steps' reads are checked against, in their ranks.
+        changed_old = changed_ranks if inv is None else {inv[r] for r in changed_ranks}
         recomputed = 0
         for j in range(num - 1, 0, -1):
             if replay:
-                reads, moves = steps[j]
-                if j not in redo and changed_ranks.isdisjoint(reads):
+                reads, moves = old_steps[j if inv is None else inv[j]]
+                if j not in redo and changed_old.isdisjoint(reads):
+                    if perm is not None:
+                        moves = [(perm[k], sigs, amount) for k, sigs, amount in moves]
+                        steps[j] = ([perm[k] for k in reads], moves)
                     for k, moved_sigs, amount in moves:
                         for s in moved_sigs:
                             own[s] = j
@@ -708,12 +711,15 @@ class IrsPlanner:
                         break
                 step = (read, made)
             if replay:
-                old_moves = steps[j][1]
+                old_moves = old_steps[j if inv is None else inv[j]][1]
+                if perm is not None:
+                    old_moves = [(perm[k], sigs, amount) for k, sigs, amount in old_moves]
                 if len(old_moves) != len(step[1]) or any(
                     a[0] != b[0] or a[1] != b[1] for a, b in zip(old_moves, step[1], strict=False)
                 ):
                     replay = False  # the state now differs from the log's
             steps[j] = step
+        st.steps = steps
         if changed is not None:
             self.recomputed_steps += recomputed
         if changed is None or own != st.own:
