@@ -88,7 +88,11 @@ def run_one(
     if isinstance(sim, PartitionedSimulation):
         row["rule"] = dataclasses.asdict(sim.rule)
         row["lease_messages"] = sim.messages_sent
+        row["message_counts"] = dict(sim.message_counts)
         row["passed_over"] = sim.passed_over
+        row["offers_accepted"] = sim.offers_accepted
+        row["offers_refused"] = sim.offers_refused
+        row["refused_reassigned"] = sim.refused_reassigned
     return row
 
 
@@ -102,6 +106,9 @@ def main() -> None:
     ap.add_argument("--policy", default="venn")
     ap.add_argument("--initial-share", type=float, default=LeaseRule.initial_share)
     ap.add_argument("--low-water", type=float, default=LeaseRule.low_water)
+    ap.add_argument("--no-backstop", action="store_true", help="leases only: no offers, no recalls")
+    ap.add_argument("--in-flight", type=int, default=LeaseRule.in_flight)
+    ap.add_argument("--recall-when-empty", action="store_true")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     console = Console()
@@ -117,7 +124,13 @@ def main() -> None:
     for w in args.workloads:
         runs = [run_one(w, args.jobs, args.rounds_scale, 0, 0.0, args.policy)]
         for d in args.delays:
-            rule = {"initial_share": args.initial_share, "low_water": args.low_water}
+            rule = {
+                "initial_share": args.initial_share,
+                "low_water": args.low_water,
+                "backstop": not args.no_backstop,
+                "in_flight": args.in_flight,
+                "recall_when_empty": args.recall_when_empty,
+            }
             runs.append(
                 run_one(w, args.jobs, args.rounds_scale, args.partitions, d, args.policy, rule)
             )

@@ -60,6 +60,8 @@ class Wire:
     partitions=st.integers(1, 12),
     demands=st.lists(st.integers(0, 80), min_size=1, max_size=3),
     backstop=st.booleans(),
+    in_flight=st.integers(1, 3),
+    recall_when_empty=st.booleans(),
     ops=st.lists(
         st.tuples(st.integers(0, 5), st.integers(0, 11), st.integers(0, 10**6)), max_size=500
     ),
@@ -68,12 +70,16 @@ def test_never_more_than_demand(
     partitions: int,
     demands: list[int],
     backstop: bool,
+    in_flight: int,
+    recall_when_empty: bool,
     ops: list[tuple[int, int, int]],
 ) -> None:
     """However messages interleave, repeat or replay, and whenever partitions take, report
     or offer (even when ``can_offer`` would say no), no round gets more than D
     assignments and no partition uses quota it was not granted or gave back."""
-    rule = LeaseRule(partitions, backstop=backstop)
+    rule = LeaseRule(
+        partitions, backstop=backstop, in_flight=in_flight, recall_when_empty=recall_when_empty
+    )
     book = LeaseBook(rule)
     parts = [PartitionLeases(q, rule) for q in range(partitions)]
     wire = Wire(book, parts)
@@ -109,12 +115,16 @@ def test_never_more_than_demand(
             assert not any(isinstance(m, Answer) and m.accepted for m in wire.sent)
 
 
+@pytest.mark.parametrize("recall_when_empty", [False, True])
 @pytest.mark.parametrize(("partitions", "demand"), [(12, 5), (12, 20), (12, 100), (3, 7)])
-def test_backstop_fills_a_round_seen_by_one_partition(partitions: int, demand: int) -> None:
+def test_backstop_fills_a_round_seen_by_one_partition(
+    partitions: int, demand: int, recall_when_empty: bool
+) -> None:
     """Only one partition sees eligible devices: its grants alone are at most half of
-    D, but it offers the devices it has no quota for, the first refusal recalls the
-    others' unused quota, and the round is filled up to D, never past it."""
-    rule = LeaseRule(partitions)
+    D, but it offers the devices it has no quota for, the others' unused quota is
+    recalled (at the first refusal, or as soon as the reserve is empty), and the round is
+    filled up to D, never past it."""
+    rule = LeaseRule(partitions, recall_when_empty=recall_when_empty)
     book = LeaseBook(rule)
     parts = [PartitionLeases(q, rule) for q in range(partitions)]
     wire = Wire(book, parts)

@@ -12,7 +12,8 @@ than it was granted less what it released, and assigns a held device only on an 
 offer; so however the partitions interleave a round gets at most D assignments.
 
 Grant rule (``LeaseRule``): at round open each partition gets
-``ceil(initial_share * D / P)`` (until D runs out); the rest is a reserve. When a
+``floor(initial_share * D / P)`` (``ceil`` without the backstop; until D runs out); the
+rest is a reserve. When a
 partition's unused quota falls to its low-water mark (``low_water`` times the last grant
 it received, rounded down), it reports, and the owner tops it up with
 ``ceil(reserve / P)`` (guided self-scheduling: chunks shrink as the reserve does, so
@@ -109,16 +110,25 @@ class LeaseRule:
     initial_share: float = 0.5  # of D handed out at round open, evenly
     low_water: float = 0.5  # report (and top up) at this fraction of the last grant
     backstop: bool = True  # offer a device the partition has no quota for; recall tails
+    in_flight: int = 1  # offers a partition may have unanswered per round
+    recall_when_empty: bool = False  # recall unused quota as soon as the reserve is empty
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
             raise ValueError("partitions must be >= 1")
         if not 0.0 < self.initial_share <= 1.0 or not 0.0 <= self.low_water < 1.0:
             raise ValueError("initial_share in (0, 1], low_water in [0, 1)")
+        if self.in_flight < 1:
+            raise ValueError("in_flight must be >= 1")
 
     def initial_chunk(self, demand: int) -> int:
-        """Each partition's first grant of a round of demand ``demand``."""
-        return math.ceil(self.initial_share * demand / self.partitions)
+        """Each partition's first grant of a round of demand ``demand``. Rounded down
+        with the backstop (a partition needs no quota to serve a job: it offers the
+        device), so a round too small to give every partition a unit starts with all of
+        its demand in the reserve instead of one unit stranded on each partition; rounded
+        up without it (a partition with no grant could never serve the round)."""
+        share = self.initial_share * demand / self.partitions
+        return math.floor(share) if self.backstop else math.ceil(share)
 
     def top_up(self, unallocated: int) -> int:
         """One top-up out of a reserve of ``unallocated`` (0 when it is empty)."""
@@ -179,7 +189,7 @@ class LeaseBook:
         if cur is not None and cur.round_index <= round_index:
             del self._rounds[job_id]
 
-    def on_report(self, report: Report) -> list[Grant]:
+    def on_report(self, report: Report) -> list[Grant | Recall]:
         """Record a partition's cumulative use and releases; returns the top-up it earns,
         if any (none in a round's tail: the reserve then serves offers only)."""
         rnd = self._rounds.get(report.job_id)
@@ -197,7 +207,10 @@ class LeaseBook:
         amount = min(self.rule.top_up(rnd.unallocated), rnd.unallocated)
         if amount <= 0:
             return []
-        return [self._grant(report.job_id, rnd, part, amount)]
+        out: list[Grant | Recall] = [self._grant(report.job_id, rnd, part, amount)]
+        if self.rule.backstop and self.rule.recall_when_empty and rnd.unallocated == 0:
+            out.extend(self._recall(report.job_id, rnd, part))
+        return out
 
     def on_offer(self, offer: Offer) -> list[Answer | Recall]:
         """Answer an offer: accepted while the reserve lasts; a refusal also recalls the
@@ -217,15 +230,23 @@ class LeaseBook:
         ]
         if accepted:
             rnd.accepted[offer.partition] += 1
+            if self.rule.recall_when_empty and rnd.unallocated == 0:
+                out.extend(self._recall(offer.job_id, rnd, offer.partition))
             return out
-        if not self.rule.backstop:
-            return out
+        if self.rule.backstop:
+            out.extend(self._recall(offer.job_id, rnd, offer.partition))
+        return out
+
+    def _recall(self, job_id: str, rnd: _OwnedRound, skip: int) -> list[Recall]:
+        """Start the round's tail: recall the unused quota of every partition but
+        ``skip`` that may hold some and was not recalled since its last grant."""
         rnd.tail = True
+        out = []
         for part in range(self.rule.partitions):
             unused = rnd.granted[part] - rnd.used[part] - rnd.released[part]
-            if part != offer.partition and unused > 0 and rnd.recalled[part] < rnd.granted[part]:
+            if part != skip and unused > 0 and rnd.recalled[part] < rnd.granted[part]:
                 rnd.recalled[part] = rnd.granted[part]
-                out.append(Recall(offer.job_id, rnd.round_index, part, rnd.granted[part]))
+                out.append(Recall(job_id, rnd.round_index, part, rnd.granted[part]))
         return out
 
     def committed(self, job_id: str, round_index: int) -> int:
@@ -311,17 +332,21 @@ class PartitionLeases:
         return True
 
     def can_offer(self, job_id: str, round_index: int) -> bool:
-        """Whether to hold a device for the round and offer it to the owner: the backstop
-        is on, this partition has no quota for the round and no offer of its own to it
-        is still unanswered (one device in flight per partition and round)."""
+        """Whether to hold a device for the round and offer it to the owner."""
+        return self.offers_open(job_id, round_index) > 0
+
+    def offers_open(self, job_id: str, round_index: int) -> int:
+        """How many devices this partition may offer to the round now: none without the
+        backstop or while it holds quota for the round, else ``rule.in_flight`` less
+        its unanswered offers to the round."""
         if not self.rule.backstop:
-            return False
+            return 0
         lease = self._leases.get(job_id)
         if lease is None or lease.round_index < round_index:
-            return True
-        if lease.round_index > round_index:
-            return False
-        return not lease.pending and lease.granted - lease.used - lease.released <= 0
+            return self.rule.in_flight
+        if lease.round_index > round_index or lease.granted - lease.used - lease.released > 0:
+            return 0
+        return max(0, self.rule.in_flight - len(lease.pending))
 
     def offer(self, job_id: str, round_index: int) -> Offer:
         """Offer a held device to the round (the caller keeps the device until the

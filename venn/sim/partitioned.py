@@ -227,7 +227,7 @@ class PartitionedSimulation(Simulation):
         marks: dict[tuple[int, int], int] = {}
         offers = self._step_offers
         offers.clear()
-        may_offer: dict[tuple[int, int], bool] = {}  # (partition, job): in this step
+        may_offer: dict[tuple[int, int], int] = {}  # (partition, job): offers left
         backstop = self.rule.backstop and not uniform
         last = -1
         for c in range(i, j):
@@ -255,9 +255,9 @@ class PartitionedSimulation(Simulation):
                     can = may_offer.get((q, job))
                     if can is None:
                         js = by_idx[job]
-                        can = parts[q].can_offer(js.spec.job_id, js.round_index)
-                    if can:
-                        may_offer[(q, job)] = False  # one device in flight
+                        can = parts[q].offers_open(js.spec.job_id, js.round_index)
+                    if can > 0:
+                        may_offer[(q, job)] = can - 1
                         offer_to = job
                         break
             if offer_to >= 0:
