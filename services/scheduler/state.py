@@ -57,8 +57,8 @@ REFERENCE_SPEED_MS = 78.0
 REFERENCE_BANDWIDTH_KBPS = 13736.0
 
 
-SENT_MAX = 10_000
-"""Published assignment batches kept until read back."""
+SENT_MAX_BYTES = 32 << 20
+"""Bytes of published assignment batches kept until read back (about 800 batches of 128)."""
 SENT_PREFIX = b'{"type":"assignment_batch",'
 SENT_ID = b'"event_id":"'
 
@@ -133,6 +133,7 @@ class SchedulerState:
         self.expiring: set[str] = set()
         self.sent: dict[str, tuple[bytes, ev.AssignmentBatch]] = {}
         """Assignment batches published and not yet read back: id -> (bytes, event)."""
+        self.sent_bytes = 0
         self.loaded = False
 
     def _new_core(self) -> Scheduler:
@@ -153,6 +154,7 @@ class SchedulerState:
         self.ledgers.clear()
         self.decided.clear()
         self.sent.clear()
+        self.sent_bytes = 0
         self.last_seen.clear()
         self.expiring.clear()
         # The memory store keeps rows of revoked partitions: take only the owned ones.
@@ -577,9 +579,16 @@ class SchedulerState:
     def sent_output(self, event: ev.AssignmentBatch, value: bytes) -> None:
         """An assignment batch was published as ``value``: its read-back needs no decode."""
         sent = self.sent
-        while len(sent) >= SENT_MAX:  # never read back (partitions moved): oldest first
-            del sent[next(iter(sent))]
+        while sent and self.sent_bytes + len(value) > SENT_MAX_BYTES:
+            # Not read back (partitions moved, or far behind): oldest first; its read-back
+            # is then decoded strictly.
+            old, _ = sent.pop(next(iter(sent)))
+            self.sent_bytes -= len(old)
+        previous = sent.pop(event.event_id, None)
+        if previous is not None:
+            self.sent_bytes -= len(previous[0])
         sent[event.event_id] = (value, event)
+        self.sent_bytes += len(value)
 
     def own_output(self, raw: bytes | None) -> ev.AssignmentBatch | None:
         """The batch this worker published, if ``raw`` is exactly its bytes (read back on
@@ -599,6 +608,7 @@ class SchedulerState:
         if found is None or found[0] != raw:
             return None
         del self.sent[event_id]
+        self.sent_bytes -= len(raw)
         return found[1]
 
     def on_assignment(self, event: ev.Event, partition: int, now: float) -> int:

@@ -214,6 +214,7 @@ def test_scheduler_state_reads_its_own_batches_back_without_decoding() -> None:
     assert s.own_output(tampered) is None  # not what was sent: decoded strictly
     assert s.own_output(value) is assigned
     assert s.own_output(value) is None  # once
+    assert s.sent_bytes == 0
     assert s.on_assignment(assigned, 0, NOW) == 0
     assert len(rounds) == 1
     # A replayed batch (same check-ins, the devices now busy) assigns nothing.
@@ -245,3 +246,21 @@ def test_dead_ids_do_not_reach_the_columns() -> None:
     with pytest.raises(ev.InvalidEvent):
         ev.decode(raw, ev.ALLOWED_ON["venn.checkins"])
     assert msgspec.json.decode(raw)["checkins"][0]["device_id"] == "d\x00"
+
+
+def test_unread_batches_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.scheduler import state as state_module
+
+    s = SchedulerState(SchedulerConfig(settings=Settings(), policy="fifo"), {}, {})
+    batches = [
+        ev.AssignmentBatch(event_id=f"asgb:{i}", time=NOW, job_id="j", assignments=[])
+        for i in range(3)
+    ]
+    values = [ev.encode(b) for b in batches]
+    monkeypatch.setattr(state_module, "SENT_MAX_BYTES", 2 * len(values[0]))
+    for b, v in zip(batches, values, strict=True):
+        s.sent_output(b, v)
+    assert list(s.sent) == ["asgb:1", "asgb:2"]  # the oldest went first
+    assert s.sent_bytes == len(values[1]) + len(values[2])
+    assert s.own_output(values[0]) is None  # decoded strictly then
+    assert s.own_output(values[2]) is batches[2]
