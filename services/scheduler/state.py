@@ -237,10 +237,18 @@ class SchedulerState:
         return row
 
     def _end_round_rows(self, job_id: str) -> None:
-        """Delete the rows of the job's round that ended."""
+        """Delete the rows of the job's round that ended, and forget when its devices took
+        their assignments (the round's end released them; kept, the hold times of every
+        device ever assigned made the map grow without bound)."""
         ledger = self.ledgers.pop(job_id, None)
-        for key in ledger.keys if ledger is not None else ():
+        if ledger is None:
+            return
+        for key in ledger.keys:
             self.rounds_table.pop(key, None)
+        active = self.core.active_devices
+        for device in ledger.tiers:
+            if device not in active:
+                self.held_since.pop(device, None)
 
     def _known(self, job_id: str) -> bool:
         """True for a live job, False for a removed one; Rejected for a never-seen one."""

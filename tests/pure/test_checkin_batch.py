@@ -264,3 +264,38 @@ def test_unread_batches_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) ->
     assert s.sent_bytes == len(values[1]) + len(values[2])
     assert s.own_output(values[0]) is None  # decoded strictly then
     assert s.own_output(values[2]) is batches[2]
+
+
+def test_hold_times_go_with_the_round() -> None:
+    s = SchedulerState(SchedulerConfig(settings=Settings(), policy="fifo"), {}, {})
+    s.ensure_loaded(NOW)
+    s.on_job_event(
+        ev.JobRegistered(
+            event_id="reg",
+            time=NOW,
+            job_id="j",
+            requirement={"ram": 4.0},
+            demand=2,
+            rounds=1,
+            deadline_s=60,
+            workload_s=5,
+        ),
+        0,
+        NOW,
+    )
+    s.on_job_event(
+        ev.RoundRequested(event_id="rr", time=NOW, job_id="j", round_index=0, demand=2), 0, NOW
+    )
+    cols = checkin_columns(batch([item(i) for i in range(2)]), AttrsCache())
+    assert cols is not None
+    assigned = s.on_checkin_batch(cols, NOW)[0]
+    assert isinstance(assigned, ev.AssignmentBatch)
+    s.on_assignment(assigned, 0, NOW)
+    assert set(s.held_since) == {"d-0", "d-1"}
+    finished = ev.JobFinished(
+        event_id="fin", time=NOW, job_id="j", rounds_completed=0, arrival=NOW,
+        finished_at=NOW, jct_s=0.0,
+    )  # fmt: skip
+    s.on_round_event(finished, 0, NOW)
+    assert s.held_since == {}
+    assert s.core.active_devices == {}
