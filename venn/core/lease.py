@@ -110,7 +110,7 @@ class LeaseRule:
     initial_share: float = 0.5  # of D handed out at round open, evenly
     low_water: float = 0.5  # report (and top up) at this fraction of the last grant
     backstop: bool = True  # offer a device the partition has no quota for; recall tails
-    in_flight: int = 1  # offers a partition may have unanswered per round
+    in_flight: int = 3  # offers a partition may have unanswered per round
     recall_when_empty: bool = False  # recall unused quota as soon as the reserve is empty
 
     def __post_init__(self) -> None:

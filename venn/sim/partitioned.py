@@ -279,7 +279,10 @@ class PartitionedSimulation(Simulation):
                 limits[job] = int(budget[job])
             else:
                 mine.append(c)
-            if len(mine) >= limits[job] or left == marks[(q, job)]:
+            # The step also ends where the partition's quota of the round runs out: the
+            # next check-in there must see the lease as it is then (with the backstop,
+            # it can offer once its quota is used, not while it is merely spent here).
+            if len(mine) >= limits[job] or left == marks[(q, job)] or left == 0:
                 break
         if last < 0:
             return None
