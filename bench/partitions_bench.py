@@ -7,9 +7,11 @@ horizon ``venn reproduce`` uses) runs under the single-worker simulator and unde
 censored mean JCT (every job, an unfinished one counting the common horizon minus its
 arrival; equal to the plain mean when every job finishes), as in docs/reproduction.md.
 
-    python bench/partitions_bench.py --partitions 12 --delays 0.5 0
+    python bench/partitions_bench.py --partitions 12 --delays 0.5
 
-Writes docs/bench/partitions.json; docs/scaling.md reports it.
+The lease rule is ``LeaseRule``'s default unless given (``--initial-share``,
+``--low-water``, ``--in-flight``, ``--recall-when-empty``; ``--no-backstop`` for leases
+only). Writes docs/bench/partitions.json; docs/scaling.md reports it.
 """
 
 from __future__ import annotations
