@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,15 +26,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import TopicAuthorizationFailedError
 
 from services.gateway.dashboard_view import DeadLetterTally, RateMeter, dashboard_snapshot
 from services.gateway.status_feed import StatusFeed
 from venn import events as ev
 from venn.auth import AuthError, bearer
 from venn.broker import topics
-from venn.broker.topics import ensure_topics
+from venn.broker.follow import TopicFollower
 from venn.settings import Settings
 
 if TYPE_CHECKING:
@@ -60,76 +57,34 @@ PAGE_HEADERS = {
 _encode = msgspec.json.Encoder().encode
 
 
-class DeadLetterFeed:
+class DeadLetterFeed(TopicFollower):
     """Follows venn.dead-letters from its beginning into a `DeadLetterTally`."""
 
+    topic = topics.DEAD_LETTERS
+
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.tally = DeadLetterTally()
         self.bad_records = 0
-        self._consumer: AIOKafkaConsumer | None = None
-        self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        s = self.settings
-        counts = await ensure_topics(
-            s.broker, s.topic_partitions, options=s.kafka_options, names=(topics.DEAD_LETTERS,)
+    def offer(self, raw: bytes | None) -> None:
+        try:
+            letter = ev.decode(raw, ev.ALLOWED_ON[self.topic], self.settings.max_event_bytes)
+        except ev.InvalidEvent:
+            self.bad_records += 1  # never a dead letter of a dead letter
+            return
+        if isinstance(letter, ev.DeadLetter):
+            self.tally.add(letter)
+
+    def refused(self) -> bool:
+        # A deployment whose ACLs predate the dashboard: everything else still works.
+        log.warning(
+            "may not read %s: the dashboard counts no dead letters (grant the gateway read "
+            "access: venn prepare --secure)",
+            self.topic,
         )
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.broker,
-            client_id=f"venn-gateway-dead-letters-{os.getpid()}",
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            **s.kafka_options,
-        )
-        await consumer.start()
-        self._consumer = consumer
-        parts = [TopicPartition(topics.DEAD_LETTERS, p) for p in range(counts[topics.DEAD_LETTERS])]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
-        self._task = asyncio.create_task(self._follow(consumer), name="gateway-dead-letters")
-
-    async def _follow(self, consumer: AIOKafkaConsumer) -> None:
-        allowed = ev.ALLOWED_ON[topics.DEAD_LETTERS]
-        max_bytes = self.settings.max_event_bytes
-        while True:
-            try:
-                batches = await consumer.getmany(timeout_ms=500, max_records=1000)
-            except asyncio.CancelledError:
-                raise
-            except TopicAuthorizationFailedError:
-                # A deployment whose ACLs predate the dashboard: everything else still works.
-                log.warning(
-                    "may not read %s: the dashboard counts no dead letters (grant "
-                    "the gateway read access: venn prepare --secure)",
-                    topics.DEAD_LETTERS,
-                )
-                self.tally.unavailable = True
-                return
-            except Exception:
-                log.exception("dead-letter consumer failed; retrying")
-                await asyncio.sleep(1.0)
-                continue
-            for messages in batches.values():
-                for m in messages:
-                    try:
-                        letter = ev.decode(m.value, allowed, max_bytes)
-                    except ev.InvalidEvent:
-                        self.bad_records += 1  # never a dead letter of a dead letter
-                        continue
-                    if isinstance(letter, ev.DeadLetter):
-                        self.tally.add(letter)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        self.tally.unavailable = True
+        return True
 
 
 class Board:

@@ -83,6 +83,10 @@ class DeadLetterTally:
             }
         )
 
+    def __contains__(self, event_id: object) -> bool:
+        """Whether the dead letter with this event id was tallied."""
+        return event_id in self._seen
+
     def as_json(self) -> Json:
         return {
             "available": not self.unavailable,
