@@ -57,6 +57,9 @@ PAGE_HEADERS = {
 _encode = msgspec.json.Encoder().encode
 
 
+_LETTERS = ev.ALLOWED_ON[topics.DEAD_LETTERS]
+
+
 class DeadLetterFeed(TopicFollower):
     """Follows venn.dead-letters from its beginning into a `DeadLetterTally`."""
 
@@ -69,7 +72,7 @@ class DeadLetterFeed(TopicFollower):
 
     def offer(self, raw: bytes | None) -> None:
         try:
-            letter = ev.decode(raw, ev.ALLOWED_ON[self.topic], self.settings.max_event_bytes)
+            letter = ev.decode(raw, _LETTERS, self.settings.max_event_bytes)
         except ev.InvalidEvent:
             self.bad_records += 1  # never a dead letter of a dead letter
             return

@@ -4,12 +4,18 @@ compacted topic, read from its beginning with a group-less consumer) and keeps t
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 
 from venn.broker import topics
 from venn.broker.follow import TopicFollower
 from venn.core.status import SchedulerStatus, decode_status
 from venn.settings import Settings
+
+MAX_SKEW_S = 30.0
+"""A snapshot dated further ahead of this gateway's clock is refused: kept as the newest,
+it would hide every real one for as long as the topic keeps it."""
 
 
 class StatusFeed(TopicFollower):
@@ -21,13 +27,17 @@ class StatusFeed(TopicFollower):
         self.latest: SchedulerStatus | None = None
         self.bad_records = 0
 
-    def offer(self, raw: bytes | None) -> None:
-        """Keep the snapshot in ``raw`` if it is newer than the one held."""
+    def offer(self, raw: bytes | None, now: float | None = None) -> None:
+        """Keep the snapshot in ``raw`` if it is newer than the one held (and not dated in
+        the future)."""
         if raw is None:
             return
         try:
             status = decode_status(raw)
         except (msgspec.ValidationError, msgspec.DecodeError):
+            self.bad_records += 1
+            return
+        if status.time > (time.time() if now is None else now) + MAX_SKEW_S:
             self.bad_records += 1
             return
         if self.latest is None or status.time >= self.latest.time:
