@@ -179,28 +179,27 @@ def test_a_batch_decides_as_its_checkins_one_by_one(policy: str, seed: int, batc
             assert per_round[js.spec.job_id] <= js.spec.demand, "more than D"
 
 
+def open_round_state(
+    demand: int, jobs: dict[str, Any] | None = None, rounds: dict[str, Any] | None = None
+) -> SchedulerState:
+    """A fifo worker's state with job "j" (ram >= 4) registered and its round 0 open."""
+    config = SchedulerConfig(settings=Settings(), policy="fifo")
+    s = SchedulerState(config, {} if jobs is None else jobs, {} if rounds is None else rounds)
+    s.ensure_loaded(NOW)
+    registered = ev.JobRegistered(
+        event_id="reg", time=NOW, job_id="j", requirement={"ram": 4.0}, demand=demand,
+        rounds=1, deadline_s=60, workload_s=5,
+    )  # fmt: skip
+    s.on_job_event(registered, 0, NOW)
+    request = ev.RoundRequested(event_id="rr", time=NOW, job_id="j", round_index=0, demand=demand)
+    s.on_job_event(request, 0, NOW)
+    return s
+
+
 def test_scheduler_state_reads_its_own_batches_back_without_decoding() -> None:
     jobs: dict[str, Any] = {}
     rounds: dict[str, Any] = {}
-    s = SchedulerState(SchedulerConfig(settings=Settings(), policy="fifo"), jobs, rounds)
-    s.ensure_loaded(NOW)
-    s.on_job_event(
-        ev.JobRegistered(
-            event_id="reg",
-            time=NOW,
-            job_id="j",
-            requirement={"ram": 4.0},
-            demand=3,
-            rounds=1,
-            deadline_s=60,
-            workload_s=5,
-        ),
-        0,
-        NOW,
-    )
-    s.on_job_event(
-        ev.RoundRequested(event_id="rr", time=NOW, job_id="j", round_index=0, demand=3), 0, NOW
-    )
+    s = open_round_state(3, jobs, rounds)
     cols = checkin_columns(batch([item(i) for i in range(5)]), AttrsCache())
     assert cols is not None
     out = s.on_checkin_batch(cols, NOW)
@@ -267,25 +266,7 @@ def test_unread_batches_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_hold_times_go_with_the_round() -> None:
-    s = SchedulerState(SchedulerConfig(settings=Settings(), policy="fifo"), {}, {})
-    s.ensure_loaded(NOW)
-    s.on_job_event(
-        ev.JobRegistered(
-            event_id="reg",
-            time=NOW,
-            job_id="j",
-            requirement={"ram": 4.0},
-            demand=2,
-            rounds=1,
-            deadline_s=60,
-            workload_s=5,
-        ),
-        0,
-        NOW,
-    )
-    s.on_job_event(
-        ev.RoundRequested(event_id="rr", time=NOW, job_id="j", round_index=0, demand=2), 0, NOW
-    )
+    s = open_round_state(2)
     cols = checkin_columns(batch([item(i) for i in range(2)]), AttrsCache())
     assert cols is not None
     assigned = s.on_checkin_batch(cols, NOW)[0]
