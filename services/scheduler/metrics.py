@@ -39,6 +39,10 @@ LAG = Gauge(
     "Records of an input partition not read yet (high watermark - next offset)",
     ["topic", "partition"],
 )
+STALLED = Gauge(
+    "venn_scheduler_stalled_partitions",
+    "Input partitions with records waiting and none read for a minute (see stall.py)",
+)
 PLAN_RECOMPUTE = Histogram(
     "venn_scheduler_plan_recompute_seconds",
     "Time of the core's plan recompute and dispatch-table compile (one observation per "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -134,7 +135,21 @@ class Worker:
     def start(self) -> None:
         self.env["VENN_SCHEDULER_WEB_PORT"] = str(free_port())
         with open(self.log_path, "ab") as log:
-            self.proc = start_worker(self.env, log)
+            # Faust's rebalance and recovery logs, for a restart that does not come back.
+            self.proc = start_worker(self.env, log, level="info")
+
+    def diagnosis(self) -> str:
+        """The worker's /healthz (which names stalled partitions) and its log's tail."""
+        url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/healthz"
+        try:
+            health = urllib.request.urlopen(url, timeout=5).read().decode()
+        except urllib.error.HTTPError as exc:
+            health = f"{exc.code} {exc.read().decode()}"
+        except OSError as exc:
+            health = repr(exc)
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        wanted = [line for line in lines if "aiokafka" not in line or "ERROR" in line]
+        return f"healthz: {health}\nworker log (tail):\n" + "\n".join(wanted[-80:])
 
     def metric_total(self, name: str) -> float:
         url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/metrics"
@@ -534,8 +549,11 @@ async def test_restart_recovers_demand(stack: tuple[Bus, Worker]) -> None:
     kill_worker(worker.proc)
     started = time.monotonic()
     worker.start()
-    await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
-    await bus.barrier(topics.JOBS, READY_TIMEOUT)
+    for topic in (topics.CHECKINS, topics.JOBS):
+        try:
+            await bus.barrier(topic, READY_TIMEOUT)
+        except AssertionError as exc:
+            raise AssertionError(f"{topic} not served: {exc}\n{worker.diagnosis()}") from exc
     recovery_s = time.monotonic() - started
 
     # Old devices are still active; fresh ones fill exactly the remainder of `partial`.

@@ -1,0 +1,43 @@
+"""Which input partitions have records waiting while the worker reads nothing from them.
+
+A Faust worker can come back from a restart with some partitions assigned but never
+fetched (seen once in CI: after a SIGKILL and restart, venn.jobs sat unread for more than
+three minutes while venn.checkins was served). Nothing else notices: the process is up and
+answers. The worker feeds this watch every few seconds and reports a stalled partition on
+/healthz and in `venn_scheduler_stalled_partitions`, so a supervisor can restart it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_STALL_S = 60.0
+
+
+@dataclass
+class StallWatch:
+    stall_s: float = DEFAULT_STALL_S
+    _moved: dict[tuple[str, int], tuple[int | None, float]] = field(default_factory=dict)
+
+    def observe(
+        self, topic: str, partition: int, position: int | None, behind: int, now: float
+    ) -> None:
+        """`position`: offset of the last record read (None before the first); `behind`:
+        records between it and the high watermark."""
+        key = (topic, partition)
+        last = self._moved.get(key)
+        if behind <= 0 or last is None or last[0] != position:
+            self._moved[key] = (position, now)
+
+    def forget_all_but(self, assigned: set[tuple[str, int]]) -> None:
+        for key in set(self._moved) - assigned:
+            del self._moved[key]
+
+    def stalled(self, now: float) -> list[tuple[str, int, float]]:
+        """(topic, partition, seconds without progress) of each partition with records
+        waiting and no read for `stall_s` or more."""
+        return sorted(
+            (topic, partition, now - since)
+            for (topic, partition), (_, since) in self._moved.items()
+            if now - since >= self.stall_s
+        )
