@@ -86,6 +86,7 @@ async def _loadgen(
 
     total = max(1, int(rate * duration))
     latencies: list[float] = []
+    by_status: dict[str, list[float]] = {}
     statuses: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     errors: Counter[str] = Counter()
@@ -116,6 +117,7 @@ async def _loadgen(
             ) as r:
                 payload = await r.read()
                 latencies.append(loop.time() - due)
+                by_status.setdefault(str(r.status), []).append(latencies[-1])
                 statuses[str(r.status)] += 1
                 try:
                     answer = msgspec.json.decode(payload)
@@ -169,6 +171,15 @@ async def _loadgen(
         "p95_ms": round(percentile(latencies, 95) * 1000, 1),
         "p99_ms": round(percentile(latencies, 99) * 1000, 1),
         "max_ms": round(latencies[-1] * 1000, 1) if latencies else math.nan,
+        "by_status": {
+            code: {
+                "answers": len(values),
+                "p99_ms": round(percentile(sorted(values), 99) * 1000, 1),
+                "max_ms": round(max(values) * 1000, 1),
+                "over_bound": sum(v > WAIT_S for v in values),
+            }
+            for code, values in sorted(by_status.items())
+        },
     }
 
 

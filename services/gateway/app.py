@@ -41,6 +41,7 @@ from services.gateway import dashboard, jobs_api
 from services.gateway.batcher import BatcherBusy, CheckinBatcher
 from services.gateway.config import GatewayConfig
 from services.gateway.demand import DemandView
+from services.gateway.loop_watch import LoopWatch
 from services.gateway.models import (
     CheckinRequest,
     RequestError,
@@ -63,6 +64,9 @@ log = logging.getLogger("venn.gateway")
 LATE_MEMORY = 200_000
 """How many answered-without-assignment check-in ids are remembered to catch late
 assignments (a few minutes of traffic at thousands of check-ins per second)."""
+MIN_WAIT_S = 0.05
+"""Less time than this (or half the bound) left of a check-in's bound is not worth producing
+it for: its answer would come too late."""
 UNDELIVERED = "undelivered: the gateway answered the check-in before this assignment arrived"
 DECLINED = "declined"
 """A pending check-in's answer when the scheduler declined it (CheckinsDeclined)."""
@@ -83,6 +87,9 @@ class GatewayStats:
     fast_no: int = 0
     """Answered at once: no open round with demand admits the device."""
     overloaded: int = 0
+    late: int = 0
+    """Check-ins read so long after they arrived (a stalled loop) that they were answered
+    429 at once instead of being waited for."""
     """Refused at once: too many in flight or the event loop lagging."""
     kafka_errors: int = 0
     invalid: int = 0
@@ -140,7 +147,7 @@ class Gateway:
         self.batcher: CheckinBatcher | None = None
         self._task: asyncio.Task[None] | None = None
         self._lag_task: asyncio.Task[None] | None = None
-        self.lag_s = 0.0
+        self.loop_watch = LoopWatch()
         self._background: set[asyncio.Task[Any]] = set()
         self.started_at = 0.0
         self.broker = BrokerWatch(self.settings.broker, self.settings.kafka_credentials)
@@ -246,17 +253,28 @@ class Gateway:
             await self.producer.stop()
             self.producer = None
 
-    async def _watch_lag(self, period: float = 0.02) -> None:
-        """Event-loop lag: how late a 20 ms sleep wakes up (a decaying maximum)."""
+    async def _watch_lag(self) -> None:
+        """Event-loop lag: how late a short sleep wakes up (see loop_watch.py)."""
         loop = asyncio.get_running_loop()
+        watch = self.loop_watch
         while True:
             start = loop.time()
-            await asyncio.sleep(period)
-            late = loop.time() - start - period
-            self.lag_s = max(late, self.lag_s * 0.5)
+            await asyncio.sleep(watch.period)
+            watch.tick(loop.time(), start)
+
+    @property
+    def lag_s(self) -> float:
+        return self.loop_watch.lag(asyncio.get_running_loop().time())
 
     def overloaded(self) -> bool:
         return self.inflight >= self.config.max_inflight or self.lag_s > self.config.max_lag_s
+
+    def deadline(self) -> float | None:
+        """Loop time by which a check-in read now must be answered: `wait_s` after it may
+        have arrived; None when too little of that is left to wait for anything."""
+        now = asyncio.get_running_loop().time()
+        deadline = self.loop_watch.arrived(now) + self.config.wait_s
+        return deadline if deadline - now >= min(MIN_WAIT_S, self.config.wait_s / 2) else None
 
     # -- the assignments/jobs/rounds consumer ------------------------------------------
     async def _dead_letter(
@@ -653,7 +671,8 @@ def create_app(
     registry.register(StatsCollector("venn_gateway", lambda: gw.stats, gw.gauges))
     latency = Histogram(
         "venn_gateway_request_seconds",
-        "Time from the handler's start to its answer, by path and status",
+        "Time from the request's arrival to its answer, by path and status (arrival: when its "
+        "handler ran, or the start of the event-loop stall it was read after: loop_watch.py)",
         ["path", "status"],
         buckets=LATENCY_BUCKETS,
         registry=registry,
@@ -661,11 +680,12 @@ def create_app(
 
     @web.middleware
     async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        arrived = gw.loop_watch.arrived(loop.time())
         response = await handler(request)
         route = request.match_info.route.resource
         path = route.canonical if route is not None else "other"
-        latency.labels(path, str(response.status)).observe(time.monotonic() - started)
+        latency.labels(path, str(response.status)).observe(loop.time() - arrived)
         return response
 
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[timed, _errors])
@@ -697,7 +717,10 @@ def create_app(
         return gw.tokens.check(bearer(request.headers.get("Authorization")), "device")
 
     async def checkin(request: web.Request) -> web.Response:
-        deadline = asyncio.get_running_loop().time() + config.wait_s
+        deadline = gw.deadline()
+        if deadline is None:  # read after the loop stalled: its bound is (nearly) spent
+            gw.stats.late += 1
+            return _answer(*gw.busy("late"))
         if gw.overloaded():
             gw.stats.overloaded += 1
             return _answer(*gw.busy("overloaded"))

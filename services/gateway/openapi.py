@@ -81,8 +81,9 @@ def _document(config: GatewayConfig) -> Json:
     forbidden = _error("The token is valid but not this device's (`forbidden`).")
     busy = {
         "description": (
-            "The gateway is overloaded (too many check-ins in progress) or cannot reach the "
-            "broker: retry after `retry_after` seconds. Answered at once."
+            "The gateway is overloaded (too many check-ins in progress, or a check-in read "
+            "so late, after its process stalled, that its answer bound was spent: `late`) or "
+            "cannot reach the broker: retry after `retry_after` seconds. Answered at once."
         ),
         "headers": retry_header,
         "content": _ref("Busy"),
@@ -257,7 +258,9 @@ def _document(config: GatewayConfig) -> Json:
                     "properties": {
                         "assigned": {"const": False},
                         "retry_after": {"type": "integer", "minimum": 0},
-                        "reason": {"enum": ["overloaded", "broker_unavailable", "gateway_error"]},
+                        "reason": {
+                            "enum": ["overloaded", "late", "broker_unavailable", "gateway_error"]
+                        },
                     },
                 },
                 "ResultAck": {

@@ -9,10 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import re
 import secrets
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -454,6 +458,51 @@ async def test_overload_answers_429_at_once(stack: Stack) -> None:
     finally:
         await small.stop()
         await stack.tap.finish(job_id)
+
+
+async def test_a_checkin_read_after_a_stall_is_answered_at_once(stack: Stack) -> None:
+    """Issue 12, defect 8: on a CPU-starved gateway a check-in waited in its socket and
+    then got the full bound again once read (answered 5.1 s after it was sent, bound 2 s).
+    Here the loop stalls for longer than the bound while a check-in waits to be read; the
+    lag-based shedding is set out of the way, so the bound alone is what answers."""
+    tok = uuid.uuid4().hex[:8]
+    config = GatewayConfig(stack.settings, port=0, wait_s=1.0, fast_no=False, max_lag_s=60)
+    slow = GatewayServer(config)
+    await slow.start()
+    try:
+        body = json.dumps({"device_id": f"dev-{tok}", "attrs": {f"cpu_{tok}": 1.0},
+                           "speed_ms_per_sample": 1, "bandwidth_kbps": 1}).encode()  # fmt: skip
+        answer: dict[str, Any] = {}
+
+        def device() -> None:
+            request = urllib.request.Request(
+                f"{slow.url}/v1/checkin", data=body, headers={"Content-Type": "application/json"}
+            )
+            sent = time.monotonic()
+            try:
+                with urllib.request.urlopen(request, timeout=10) as r:
+                    answer.update(status=r.status, payload=json.loads(r.read()))
+            except urllib.error.HTTPError as exc:
+                answer.update(status=exc.code, payload=json.loads(exc.read()))
+            answer["took"] = time.monotonic() - sent
+
+        await asyncio.sleep(0.2)  # the loop ticks normally
+        checkins = slow.gateway.stats.checkins
+        client = threading.Thread(target=device)
+        client.start()
+        time.sleep(1.5)  # the stall under test: nothing runs on this loop
+        await asyncio.to_thread(client.join, 10)
+        assert answer["status"] == 429, answer
+        assert answer["payload"]["reason"] == "late"
+        assert answer["took"] < 1.5 + 0.5, answer  # at once after the stall, not 1 s later
+        assert slow.gateway.stats.late == 1
+        assert slow.gateway.stats.checkins == checkins, "a check-in past its bound was produced"
+        # Once the loop ticks again, check-ins are served as before.
+        await asyncio.sleep(0.2)
+        status, payload, _ = await stack.checkin(f"dev-{tok}", {f"cpu_{tok}": 1.0}, url=slow.url)
+        assert status == 200 and payload["reason"] in {"no_assignment", "no_open_round"}, payload
+    finally:
+        await slow.stop()
 
 
 async def test_checkins_go_out_in_batches_on_their_device_partition(stack: Stack) -> None:
