@@ -377,14 +377,33 @@ def create_app(
                     stalls.observe(tp.topic, tp.partition, position, behind, now)
         stalled = stalls.stalled(now)
         metrics.STALLED.set(len(stalled))
+        if stalled and not app.in_recovery:
+            await unstall(consumer, stalled)
+
+    async def unstall(consumer: Any, stalled: list[tuple[str, int, float]]) -> None:
+        """A partition Faust left out of its fetch set (paused, or dropped while a stream
+        buffer was full) is put back; one still stalled after twice the stall time stops
+        the worker, which resumes from its committed offsets once restarted."""
+        active = consumer._get_active_partitions()
+        by_name = {(tp.topic, tp.partition): tp for tp in consumer.assignment()}
         for topic, partition, seconds in stalled:
+            tp = by_name[(topic, partition)]
             log.error(
-                "%s[%d] has records waiting and none read for %.0f s (paused: %s)",
+                "%s[%d] has records waiting and none read for %.0f s (fetched: %s, paused: %s,"
+                " buffered: %s)",
                 topic,
                 partition,
                 seconds,
-                sorted(str(tp) for tp in consumer._paused_partitions),  # type: ignore[attr-defined]
+                tp in active,
+                tp in consumer._paused_partitions,
+                tp in consumer._buffered_partitions,
             )
+            if tp not in active:
+                consumer._buffered_partitions.discard(tp)
+                consumer.resume_partitions([tp])
+                metrics.STALL_RESUMED.inc()
+            elif seconds >= 2 * stalls.stall_s:
+                await app.crash(RuntimeError(f"{topic}[{partition}] unread for {seconds:.0f} s"))
 
     @app.task
     async def _revocations() -> None:

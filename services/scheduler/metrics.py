@@ -43,6 +43,10 @@ STALLED = Gauge(
     "venn_scheduler_stalled_partitions",
     "Input partitions with records waiting and none read for a minute (see stall.py)",
 )
+STALL_RESUMED = Counter(
+    "venn_scheduler_stalled_partitions_resumed",
+    "Stalled input partitions that Faust had left out of its fetch set and were put back",
+)
 PLAN_RECOMPUTE = Histogram(
     "venn_scheduler_plan_recompute_seconds",
     "Time of the core's plan recompute and dispatch-table compile (one observation per "

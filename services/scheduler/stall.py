@@ -3,8 +3,9 @@
 A Faust worker can come back from a restart with some partitions assigned but never
 fetched (seen once in CI: after a SIGKILL and restart, venn.jobs sat unread for more than
 three minutes while venn.checkins was served). Nothing else notices: the process is up and
-answers. The worker feeds this watch every few seconds and reports a stalled partition on
-/healthz and in `venn_scheduler_stalled_partitions`, so a supervisor can restart it.
+answers. The worker feeds this watch every few seconds, reports a stalled partition on
+/healthz and in `venn_scheduler_stalled_partitions`, puts it back into Faust's fetch set if
+Faust had left it out, and stops (for its supervisor to restart it) if that does not help.
 """
 
 from __future__ import annotations
