@@ -34,6 +34,7 @@ from venn import events as ev
 from venn.broker import topics
 from venn.broker.local import LocalBroker, local_broker, resolve_kind
 from venn.broker.process import free_port
+from venn.broker.publish import KafkaEvents
 from venn.core.model import JobSpec, Requirement
 from venn.fields import ROUNDS_MAX
 from venn.settings import Settings
@@ -292,7 +293,7 @@ class LoadStack:
         await producer.start()
         try:
             for topic, event in events:
-                await producer.send(topic, ev.encode(event), key=ev.key_of(event))
+                await KafkaEvents(producer).enqueue(topic, event)
             await producer.flush()
         finally:
             await producer.stop()

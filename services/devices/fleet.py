@@ -27,6 +27,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from venn import events
 from venn.auth.local import issuer
 from venn.broker import topics
+from venn.broker.publish import KafkaEvents
 from venn.events import Assignment, AssignmentBatch, DeviceCheckin, DeviceResult
 from venn.sdk.clock import TraceClock
 from venn.settings import Settings
@@ -228,9 +229,7 @@ class DeviceFleet:
     async def _publish_due_results(self, now: float) -> None:
         assert self._producer is not None
         for result in self._due_results(now):
-            fut = await self._producer.send(
-                topics.RESULTS, events.encode(result), key=events.key_of(result)
-            )
+            fut = await KafkaEvents(self._producer).enqueue(topics.RESULTS, result)
             fut.add_done_callback(self._on_sent)
 
     async def _consume_assignments(self, consumer: AIOKafkaConsumer) -> None:

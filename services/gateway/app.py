@@ -55,6 +55,7 @@ from venn import events as ev
 from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
+from venn.broker.publish import KafkaEvents, publish_dead_letter
 from venn.broker.topics import ensure_topics
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
 from venn.settings import Settings
@@ -280,10 +281,11 @@ class Gateway:
     async def _dead_letter(
         self, raw: bytes | None, reason: str, tp: TopicPartition, offset: int
     ) -> None:
-        letter = ev.dead_letter_for(raw, reason, tp.topic, tp.partition, offset, time.time())
         try:
             assert self.producer is not None
-            await self.producer.send(topics.DEAD_LETTERS, ev.encode(letter), key=self.id.encode())
+            await publish_dead_letter(
+                KafkaEvents(self.producer), raw, reason, tp.topic, tp.partition, offset
+            )
         except Exception:  # a dead letter must not stop the answers
             self.stats.kafka_errors += 1
             log.exception("could not dead-letter %s@%d", tp, offset)
@@ -416,7 +418,7 @@ class Gateway:
     async def _send(self, topic: str, event: ev.Event) -> None:
         assert self.producer is not None
         try:
-            await (await self.producer.send(topic, ev.encode(event), key=ev.key_of(event)))
+            await (await KafkaEvents(self.producer).enqueue(topic, event))
         except Exception as exc:
             self.stats.kafka_errors += 1
             log.warning("could not send %s to %s: %r", event.event_id, topic, exc)

@@ -37,6 +37,7 @@ from venn import events as ev
 from venn.auth import AuthError, Claims, bearer
 from venn.auth.tokens import Kind
 from venn.broker import topics
+from venn.broker.publish import KafkaEvents
 from venn.jobspec import JobSpecError, JobSubmission, parse_job_spec
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class JobsApi:
             raise ApiError(429, "broker_unavailable", "the broker does not answer; retry")
         try:
             async with asyncio.timeout(self.gw.config.wait_s + 5):
-                await producer.send_and_wait(topics.JOBS, ev.encode(event), key=ev.key_of(event))
+                await KafkaEvents(producer).publish(topics.JOBS, event)
         except Exception as exc:
             log.warning("could not publish %s: %r", event.event_id, exc)
             raise ApiError(429, "broker_unavailable", "the broker did not take it; retry") from None

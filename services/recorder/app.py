@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -30,6 +29,7 @@ from venn.audit.writes import conflicting_closes, history_row, record_history
 from venn.auth import AuthError, Tokens, check_job_event
 from venn.auth.revocations import follow_revocations
 from venn.broker import topics
+from venn.broker.publish import dead_letter, message
 from venn.broker.topics import ensure_topics
 from venn.events import (
     ALLOWED_ON,
@@ -41,9 +41,7 @@ from venn.events import (
     JobRegistered,
     RoundClosed,
     RoundRequested,
-    dead_letter_for,
     decode,
-    encode,
 )
 from venn.metrics import consumer_lag, labelled
 from venn.settings import Settings
@@ -220,11 +218,10 @@ async def _send_dead_letters(
 ) -> None:
     futures = []
     for rec, reason in dead:
-        letter = dead_letter_for(
-            rec.value, reason, rec.topic, rec.partition, rec.offset, time.time()
-        )
         log.warning("dead letter %s:%d@%d: %s", rec.topic, rec.partition, rec.offset, reason)
-        futures.append(await producer.send(topic, encode(letter), key=rec.key))
+        letter = dead_letter(rec.value, reason, rec.topic, rec.partition, rec.offset)
+        key, value = message(topics.DEAD_LETTERS, letter)
+        futures.append(await producer.send(topic, value, key=key))
     await asyncio.gather(*futures)
 
 

@@ -53,6 +53,8 @@ from venn import events as ev
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
 from venn.broker.health import BrokerWatch
+from venn.broker.publish import dead_letter as dead_letter_of
+from venn.broker.publish import message
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
 from venn.settings import Settings
 
@@ -168,8 +170,8 @@ def create_app(
         if isinstance(out, ev.CheckinsDeclined):
             send(topics.REPLIES, out.reply_to.encode(), ev.encode(out))
             return
-        value = ev.encode(out)
-        send(topics.ASSIGNMENTS, ev.key_of(out), value)
+        key, value = message(topics.ASSIGNMENTS, out)
+        send(topics.ASSIGNMENTS, key, value)
         if isinstance(out, ev.AssignmentBatch):
             state.sent_output(out, value)
             metrics.ASSIGNMENTS.inc(len(out.assignments))
@@ -179,7 +181,7 @@ def create_app(
     def dead_letter(
         raw: Any, reason: str, topic: str, partition: int, offset: int, now: float, item: int = -1
     ) -> None:
-        letter = ev.dead_letter_for(
+        letter = dead_letter_of(
             raw if isinstance(raw, bytes) else None,
             f"{reason} (source topic {topic})",
             topic,
@@ -189,7 +191,7 @@ def create_app(
         )
         if item >= 0:  # one bad check-in of a batch: its own id, stable across replays
             letter = msgspec.structs.replace(letter, event_id=f"{letter.event_id}:{item}")
-        send(topics.DEAD_LETTERS, letter.event_id.encode(), ev.encode(letter))
+        send(topics.DEAD_LETTERS, *message(topics.DEAD_LETTERS, letter))
         metrics.DEAD_LETTERS.labels(topic).inc()
         metrics.DEAD_LETTER_REASONS.labels(topic, reason_kind(reason)).inc()
 
@@ -355,7 +357,7 @@ def create_app(
             )
             log.warning("expiring job %s: %s", job_id, expired.reason)
             metrics.EXPIRED.inc()
-            send(topics.JOBS, ev.key_of(expired), ev.encode(expired))
+            send(topics.JOBS, *message(topics.JOBS, expired))
 
     @app.timer(interval=STATUS_INTERVAL_S)
     async def _status() -> None:

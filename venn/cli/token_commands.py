@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaProducer
 from venn import events as ev
 from venn.auth import AuthError, Tokens
 from venn.broker import topics
+from venn.broker.publish import KafkaEvents
 from venn.settings import Settings
 
 app = typer.Typer(help="Issue and revoke API tokens.", no_args_is_help=True)
@@ -96,7 +97,7 @@ def revoke(
         await producer.start()
         try:
             await asyncio.wait_for(
-                producer.send_and_wait(topics.REVOCATIONS, ev.encode(event), key=ev.key_of(event)),
+                KafkaEvents(producer).publish(topics.REVOCATIONS, event),
                 20,
             )
         finally:

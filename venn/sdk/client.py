@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from venn import events
 from venn.broker import topics
+from venn.broker.publish import KafkaEvents
 from venn.core.model import Requirement
 from venn.events import (
     Assignment,
@@ -334,7 +335,7 @@ class VennClient:
     async def _send(self, topic: str, event: Event) -> None:
         if self._producer is None:
             raise RuntimeError("VennClient is not started (use `async with`)")
-        await self._producer.send_and_wait(topic, events.encode(event), key=events.key_of(event))
+        await KafkaEvents(self._producer).publish(topic, event)
 
     async def _dispatch(self) -> None:
         assert self._consumer is not None
