@@ -147,9 +147,22 @@ class Worker:
             health = f"{exc.code} {exc.read().decode()}"
         except OSError as exc:
             health = repr(exc)
+        try:
+            url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/metrics"
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            counters = "\n".join(
+                line
+                for line in text.splitlines()
+                if line.startswith(("venn_scheduler_events_total", "venn_scheduler_consumer_lag",
+                                    "venn_scheduler_dead_letters_total", "venn_scheduler_output"))
+            )  # fmt: skip
+        except OSError as exc:
+            counters = repr(exc)
         lines = self.log_path.read_text(errors="replace").splitlines()
         wanted = [line for line in lines if "aiokafka" not in line or "ERROR" in line]
-        return f"healthz: {health}\nworker log (tail):\n" + "\n".join(wanted[-80:])
+        return f"healthz: {health}\nmetrics:\n{counters}\nworker log (tail):\n" + "\n".join(
+            wanted[-80:]
+        )
 
     def metric_total(self, name: str) -> float:
         url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/metrics"
