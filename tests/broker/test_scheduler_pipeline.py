@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -158,10 +159,15 @@ class Worker:
             )  # fmt: skip
         except OSError as exc:
             counters = repr(exc)
+        if self.proc is not None and self.proc.poll() is None:
+            # Its asyncio tasks' stacks, then its threads' (services/scheduler/__main__.py).
+            for sig in (signal.SIGUSR1, signal.SIGQUIT):
+                self.proc.send_signal(sig)
+                time.sleep(1.0)
         lines = self.log_path.read_text(errors="replace").splitlines()
         wanted = [line for line in lines if "aiokafka" not in line or "ERROR" in line]
         return f"healthz: {health}\nmetrics:\n{counters}\nworker log (tail):\n" + "\n".join(
-            wanted[-80:]
+            wanted[-400:]
         )
 
     def metric_total(self, name: str) -> float:
