@@ -30,7 +30,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -61,6 +61,14 @@ from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition,
 from venn.settings import Settings
 
 log = logging.getLogger("venn.gateway")
+
+
+class _FromDevice(Protocol):
+    @property
+    def device_id(self) -> str: ...
+
+
+FromDevice = TypeVar("FromDevice", bound=_FromDevice)
 
 LATE_MEMORY = 200_000
 """How many answered-without-assignment check-in ids are remembered to catch late
@@ -718,22 +726,21 @@ def create_app(
             return None
         return gw.tokens.check(bearer(request.headers.get("Authorization")), "device")
 
-    async def checkin(request: web.Request) -> web.Response:
-        deadline = gw.deadline()
-        if deadline is None:  # read after the loop stalled: its bound is (nearly) spent
-            gw.stats.late += 1
-            return _answer(*gw.busy("late"))
-        if gw.overloaded():
-            gw.stats.overloaded += 1
-            return _answer(*gw.busy("overloaded"))
+    async def from_device(
+        request: web.Request,
+        deadline: float,
+        decode: Callable[[bytes], FromDevice],
+        act: Callable[[FromDevice, float], Awaitable[tuple[int, Json]]],
+    ) -> web.Response:
+        """A device's request: its token checked against the body's device_id, counted in
+        flight while it is answered."""
         gw.inflight += 1
         try:
             claims = device(request)
-            body = await _read_body(request, config, deadline)
-            req = decode_checkin(body)
+            req = decode(await _read_body(request, config, deadline))
             if claims is not None:
                 claims.require_device(req.device_id)
-            return _answer(*await gw.checkin(req, deadline))
+            return _answer(*await act(req, deadline))
         except RequestError as exc:
             gw.stats.invalid += 1
             return _json(exc.body(), exc.status)
@@ -742,25 +749,22 @@ def create_app(
         finally:
             gw.inflight -= 1
 
+    async def checkin(request: web.Request) -> web.Response:
+        deadline = gw.deadline()
+        if deadline is None:  # read after the loop stalled: its bound is (nearly) spent
+            gw.stats.late += 1
+            return _answer(*gw.busy("late"))
+        if gw.overloaded():
+            gw.stats.overloaded += 1
+            return _answer(*gw.busy("overloaded"))
+        return await from_device(request, deadline, decode_checkin, gw.checkin)
+
     async def results(request: web.Request) -> web.Response:
         deadline = asyncio.get_running_loop().time() + config.wait_s
         if gw.inflight >= config.max_inflight:
             gw.stats.overloaded += 1
             return _answer(*gw.busy("overloaded"))
-        gw.inflight += 1
-        try:
-            claims = device(request)
-            req = decode_result(await _read_body(request, config, deadline))
-            if claims is not None:
-                claims.require_device(req.device_id)
-            return _answer(*await gw.result(req, deadline))
-        except RequestError as exc:
-            gw.stats.invalid += 1
-            return _json(exc.body(), exc.status)
-        except AuthError as exc:
-            return _refused(gw, exc)
-        finally:
-            gw.inflight -= 1
+        return await from_device(request, deadline, decode_result, gw.result)
 
     async def enroll(request: web.Request) -> web.Response:
         """A device token for a new (or named) device, for whoever holds an enrol token."""
