@@ -461,6 +461,12 @@ class Scheduler:
     def dirty(self) -> bool:
         return self._dirty
 
+    @property
+    def reads_supply(self) -> bool:
+        """Whether the next compile may read the supply window (a plan recompute, or
+        fairness weights): a caller feeding it in batches must have fed it by then."""
+        return self._dirty and (self._replan or bool(self.fairness_eps))
+
     def table(self, now: float) -> DispatchTable:
         """The dispatch table for this instant, recompiled if a plan event happened."""
         if self._dirty:

@@ -294,7 +294,7 @@ class Simulation:
             if self.unfinished == 0:
                 break
             j = max(bisect_left(tl, heap[0][0], i), i + 1) if heap else n
-            if sched.dirty:
+            if sched.reads_supply:
                 sched.observe_many(p.slots[observed : i + 1], times[observed : i + 1])
                 observed = i + 1
             table = sched.table(t)
@@ -379,21 +379,22 @@ class Simulation:
         workload = self._workload
         live_of = self._live_of
         needed = self._needed
-        done: list[tuple[int, list[int], list[float], list[bool], bool, _Tasks]] = []
+        done: list[tuple[int, list[int], list[float], list[bool] | None, _Tasks]] = []
         cut = np.inf
         for job in sorted(positions):
             mine = positions[job]
             tasks = p.tasks(workload[job])
             finish = list(map(tasks.finish.__getitem__, mine))
-            ok = list(map(tasks.ok.__getitem__, mine))
-            all_ok = all(ok)
-            done.append((job, mine, finish, ok, all_ok, tasks))
+            bad = tasks.bad
+            # No failure between the first and the last check-in: all succeeded.
+            ok = None if bad[mine[-1] + 1] == bad[mine[0]] else list(map(tasks.ok.__getitem__, mine))
+            done.append((job, mine, finish, ok, tasks))
             # The earliest round close these assignments would cause.
             k = needed[job]
             lr = live_of[job]
             assert lr is not None
-            if lr.count + (len(finish) if all_ok else sum(ok)) >= k:
-                new = sorted(finish if all_ok else compress(finish, ok))
+            if lr.count + (len(finish) if ok is None else sum(ok)) >= k:
+                new = sorted(finish if ok is None else compress(finish, ok))
                 cut = min(cut, kth_of_union(lr.sorted_finish(), new, k))
         if cut <= tl[i + stop - 1]:
             # A round this step closes changes the plan: the check-ins from the close on
@@ -406,7 +407,7 @@ class Simulation:
         detail = self._detail
         sched = self.sched
         by_idx = sched.by_idx
-        for job, mine, finish, ok, all_ok, tasks in done:
+        for job, mine, finish, ok, tasks in done:
             count = len(mine) if limit == j else bisect_left(mine, limit)
             if count == 0:
                 continue
@@ -417,7 +418,7 @@ class Simulation:
             lr = live_of[job]
             assert lr is not None
             lr.record.assigned += count
-            if count == len(mine) and all_ok:
+            if ok is None and count == len(mine):
                 if detail:
                     lr.add(
                         finish,
@@ -428,7 +429,7 @@ class Simulation:
                     lr.add(finish)
                 self._offer_close(lr, needed[job])
                 continue
-            good = [q for q in range(count) if ok[q]]
+            good = list(range(count)) if ok is None else [q for q in range(count) if ok[q]]
             lr.record.failures += count - len(good)
             if good:
                 if detail:
@@ -447,15 +448,18 @@ class _Tasks:
     """Response time, finish time and success of a task of workload ``w`` dispatched at
     each check-in of a batch (the same float operations as the event mode's)."""
 
-    __slots__ = ("finish", "ok", "resp")
+    __slots__ = ("bad", "finish", "ok", "resp")
 
     def __init__(self, p: _Prepared, w: float) -> None:
         b = p.batch
         resp = b.noise + w * b.comp + p.transfer
         finish = b.time + resp
+        ok = finish <= b.end + WINDOW_SLACK_S
         self.resp: list[float] = resp.tolist()
         self.finish: list[float] = finish.tolist()
-        self.ok: list[bool] = (finish <= b.end + WINDOW_SLACK_S).tolist()
+        self.ok: list[bool] = ok.tolist()
+        # Failed tasks before each check-in (none in [a, b] iff bad[b + 1] == bad[a]).
+        self.bad: list[int] = np.concatenate(([0], np.cumsum(~ok))).tolist()
 
 
 class _Prepared:
