@@ -443,14 +443,16 @@ class Scheduler:
         js.remaining -= count
         js.assigned += count
         js.service += count
-        self.open.touched.add(js.idx)
+        idx = js.idx
+        self.open.touched.add(idx)
         budget = self._table.budget
-        budget[js.idx] -= count
+        left = int(budget[idx]) - count  # Python ints: numpy scalar arithmetic is slower
+        budget[idx] = left
         if js.remaining <= 0:
             js.filled_at = now
-            self._mark(replan=True)
-        elif budget[js.idx] <= 0:
-            self._mark(replan=False)
+            self._dirty = self._replan = True
+        elif left <= 0:
+            self._dirty = True
 
     # -- compilation -----------------------------------------------------------------
     def _mark(self, replan: bool) -> None:

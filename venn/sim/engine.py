@@ -407,6 +407,7 @@ class Simulation:
         detail = self._detail
         sched = self.sched
         by_idx = sched.by_idx
+        assigned = 0
         for job, mine, finish, ok, tasks in done:
             count = len(mine) if limit == j else bisect_left(mine, limit)
             if count == 0:
@@ -414,7 +415,7 @@ class Simulation:
             js = by_idx[job]
             fill_at = tl[mine[js.remaining - 1]] if count >= js.remaining else 0.0
             sched.assign_many(job, count, fill_at)
-            self.assignments += count
+            assigned += count
             lr = live_of[job]
             assert lr is not None
             lr.record.assigned += count
@@ -427,11 +428,11 @@ class Simulation:
                     )
                 else:
                     lr.add(finish)
-                self._offer_close(lr, needed[job])
-                continue
-            good = list(range(count)) if ok is None else [q for q in range(count) if ok[q]]
-            lr.record.failures += count - len(good)
-            if good:
+            else:
+                good = list(range(count)) if ok is None else [q for q in range(count) if ok[q]]
+                lr.record.failures += count - len(good)
+                if not good:
+                    continue
                 if detail:
                     lr.add(
                         [finish[q] for q in good],
@@ -440,7 +441,10 @@ class Simulation:
                     )
                 else:
                     lr.add([finish[q] for q in good])
-                self._offer_close(lr, needed[job])
+            k = needed[job]
+            if len(lr.finish) >= k:  # else no close time yet (``_offer_close`` is a no-op)
+                self._offer_close(lr, k)
+        self.assignments += assigned
         return stop
 
 
