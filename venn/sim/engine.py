@@ -387,7 +387,9 @@ class Simulation:
             finish = list(map(tasks.finish.__getitem__, mine))
             bad = tasks.bad
             # No failure between the first and the last check-in: all succeeded.
-            ok = None if bad[mine[-1] + 1] == bad[mine[0]] else list(map(tasks.ok.__getitem__, mine))
+            ok = None
+            if bad[mine[-1] + 1] != bad[mine[0]]:
+                ok = list(map(tasks.ok.__getitem__, mine))
             done.append((job, mine, finish, ok, tasks))
             # The earliest round close these assignments would cause.
             k = needed[job]
