@@ -22,7 +22,6 @@ import itertools
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress
 from typing import Literal
 
 import numpy as np
@@ -32,13 +31,14 @@ from venn.core.matching import TierModel
 from venn.core.model import JobSpec
 from venn.core.registry import POLICIES, make_scheduler
 from venn.core.scheduler import Scheduler
+from venn.sim.kernels import commit, scan_first, scan_uniform
 from venn.sim.rounds import (
     ROUND_GAP_S,
     WINDOW_SLACK_S,
     JobRecord,
     LiveRound,
     RoundRecord,
-    kth_of_union,
+    RoundStore,
 )
 from venn.traces.checkins import CheckinBatch, CheckinSource, capacity_proxy
 from venn.traces.devices import DeviceProfiles
@@ -113,6 +113,10 @@ class Simulation:
         self._live_of: list[LiveRound | None] = []
         self._needed: list[int] = []
         self._detail = self.sched.tails is not None  # matching learns from the results
+        # The same by job idx as arrays, and the open rounds' results (compiled steps).
+        self._workload_a = np.zeros(max(1, len(jobs)), dtype=np.float64)
+        self._needed_a = np.zeros(max(1, len(jobs)), dtype=np.int64)
+        self._store = RoundStore(len(jobs), max((j.demand for j in jobs), default=1))
         self.heap: list[tuple[float, int, int, str, int]] = []
         self._seq = itertools.count()
         self.checkins = 0
@@ -135,9 +139,12 @@ class Simulation:
             if kind == _ARRIVAL:
                 spec = self.records[job_id].spec
                 self.sched.add_job(spec, t)
+                idx = len(self._workload)
                 self._workload.append(spec.workload_s)
                 self._live_of.append(None)
                 self._needed.append(spec.results_needed)
+                self._workload_a[idx] = spec.workload_s
+                self._needed_a[idx] = spec.results_needed
                 self._request(job_id, t)
             elif kind == _REQUEST:
                 self._request(job_id, t)
@@ -152,9 +159,10 @@ class Simulation:
         spec = rec.spec
         rr = RoundRecord(job_id, attempt, t, spec.demand, t + spec.deadline)
         rec.rounds.append(rr)
-        lr = self.live[job_id] = LiveRound(rr, self._detail)
+        idx = self.sched.jobs[job_id].idx
+        lr = self.live[job_id] = LiveRound(rr, self._store, idx, self._detail)
         self.sched.request_round(job_id, attempt, t)
-        self._live_of[self.sched.jobs[job_id].idx] = lr
+        self._live_of[idx] = lr
         self._push(rr.deadline_at, _DEADLINE, job_id, attempt)
         self._round_opened(job_id, attempt, spec.demand, t)
 
@@ -273,15 +281,15 @@ class Simulation:
     def _run_fast(self, p: _Prepared) -> None:
         """Check-ins in steps: each step runs with one dispatch table, up to the next
         timed event, the first check-in that exhausts a job's budget, or the first round
-        close its own assignments cause. The check-ins of a step are decided one by one
-        in plain Python (steps are short: a few dozen check-ins), and committed at once.
+        close its own assignments cause. A step is decided and committed by compiled
+        code (``venn.sim.kernels``).
         """
         sched = self.sched
         n = len(p.batch)
         times = p.batch.time
         tl = p.time
         observed = 0
-        keys: list[int] = []
+        keys = np.zeros(0, dtype=np.int64)
         keys_of: np.ndarray | None = None
         v = sched.num_tiers
         heap = self.heap
@@ -304,172 +312,126 @@ class Simulation:
             sig_of_slot = sched.index.signature_of_slot
             if sig_of_slot is not keys_of:  # signatures change when a new group appears
                 keys_of = sig_of_slot
-                keys = (sig_of_slot[p.slots] * v + p.tiers).tolist()
-            picked = self._scan(table, keys, p, i, j)
-            if picked is None:
-                i = j
-                continue
-            stop, positions = picked
-            stop = self._commit_step(p, positions, i, j, stop)
-            i += stop
+                keys = sig_of_slot[p.slots].astype(np.int64) * v + p.tiers
+            stop = self._step(table, keys, p, i, j)
+            i = j if stop is None else i + stop
         if observed < n:
             sched.observe_many(p.slots[observed:], times[observed:])
 
-    def _scan(
-        self, table: DispatchTable, keys: list[int], p: _Prepared, i: int, j: int
-    ) -> tuple[int, dict[int, list[int]]] | None:
+    def _step(
+        self, table: DispatchTable, keys: np.ndarray, p: _Prepared, i: int, j: int
+    ) -> int | None:
         """Decide check-ins i.. (before j) with ``table`` until one exhausts its job's
-        budget: (check-ins used, each picked job's check-in numbers), or None if no
-        check-in before j can be assigned."""
-        budget = table.budget
-        positions: dict[int, list[int]] = {}
-        limits: dict[int, int] = {}
-        last = -1
-        num_rows = table.num_rows
+        budget, and commit them: the number of check-ins used, or None if no check-in
+        before j can be assigned."""
+        job_out, pos_out = p.scratch()
         if table.uniform:
-            rows = table.rows()
-            us = p.u
-            for c in range(i, j):
-                key = keys[c]
-                if key >= num_rows:
-                    continue
-                row = rows[key]
-                m = len(row)
-                if not m:
-                    continue
-                job = row[min(int(us[c] * m), m - 1)]
-                last = c
-                mine = positions.get(job)
-                if mine is None:
-                    mine = positions[job] = [c]
-                    limits[job] = int(budget[job])
-                else:
-                    mine.append(c)
-                if len(mine) >= limits[job]:
-                    break
+            width = table.candidates.shape[2]
+            m, last = scan_uniform(
+                keys,
+                table.candidates.reshape(-1, width),
+                table.counts.reshape(-1),
+                p.batch.u,
+                table.budget,
+                i,
+                j,
+                job_out,
+                pos_out,
+            )
         else:
-            heads = table.heads()
-            for c in range(i, j):
-                key = keys[c]
-                if key >= num_rows:
-                    continue
-                job = heads[key]
-                if job < 0:
-                    continue
-                last = c
-                mine = positions.get(job)
-                if mine is None:
-                    mine = positions[job] = [c]
-                    limits[job] = int(budget[job])
-                else:
-                    mine.append(c)
-                if len(mine) >= limits[job]:
-                    break
+            heads = table.candidates[:, :, 0].reshape(-1)
+            m, last = scan_first(keys, heads, table.budget, i, j, job_out, pos_out)
         if last < 0:
             return None
-        return last - i + 1, positions
+        return self._commit(p, job_out, pos_out, m, i, j, last - i + 1)
 
     def _commit_step(
         self, p: _Prepared, positions: dict[int, list[int]], i: int, j: int, stop: int
     ) -> int:
-        """Run the tasks of one step's assignments and account them; returns the number
-        of check-ins the step used (fewer than ``stop`` if a round it fills closes
-        before its last check-in: the rest belong to the next table)."""
+        """``_commit`` for a step decided in Python (each picked job's check-in
+        numbers, ascending)."""
+        job_out, pos_out = p.scratch()
+        m = 0
+        store = self._store
+        for job, mine in positions.items():
+            store.reserve(job, int(store.count[job]) + len(mine))
+            job_out[m : m + len(mine)] = job
+            pos_out[m : m + len(mine)] = mine
+            m += len(mine)
+        return self._commit(p, job_out, pos_out, m, i, j, stop)
+
+    def _commit(
+        self,
+        p: _Prepared,
+        job_in: np.ndarray,
+        pos_in: np.ndarray,
+        m: int,
+        i: int,
+        j: int,
+        stop: int,
+    ) -> int:
+        """Run the tasks of one step's ``m`` assignments and account them; returns the
+        number of check-ins the step used (fewer than ``stop`` if a round it fills
+        closes before its last check-in: the rest belong to the next table)."""
+        b = p.batch
+        store = self._store
+        out, kth, grouped = p.outputs(len(self._needed_a))
+        stop, jobs = commit(
+            job_in,
+            pos_in,
+            m,
+            i,
+            j,
+            stop,
+            b.time,
+            b.end,
+            b.noise,
+            b.comp,
+            p.transfer,
+            p.tiers,
+            WINDOW_SLACK_S,
+            self._workload_a,
+            self._needed_a,
+            store.finish,
+            store.tiers,
+            store.resp,
+            store.ordered,
+            store.is_sorted,
+            store.count,
+            out,
+            kth,
+            grouped,
+        )
+        if stop < 0:
+            raise RuntimeError("a round has more results than its row holds")
         tl = p.time
-        workload = self._workload
         live_of = self._live_of
-        needed = self._needed
-        done: list[tuple[int, list[int], list[float], list[bool] | None, _Tasks]] = []
-        cut = np.inf
-        for job in sorted(positions):
-            mine = positions[job]
-            tasks = p.tasks(workload[job])
-            finish = list(map(tasks.finish.__getitem__, mine))
-            bad = tasks.bad
-            # No failure between the first and the last check-in: all succeeded.
-            ok = None
-            if bad[mine[-1] + 1] != bad[mine[0]]:
-                ok = list(map(tasks.ok.__getitem__, mine))
-            done.append((job, mine, finish, ok, tasks))
-            # The earliest round close these assignments would cause.
-            k = needed[job]
-            lr = live_of[job]
-            assert lr is not None
-            if lr.count + (len(finish) if ok is None else sum(ok)) >= k:
-                new = sorted(finish if ok is None else compress(finish, ok))
-                cut = min(cut, kth_of_union(lr.sorted_finish(), new, k))
-        if cut <= tl[i + stop - 1]:
-            # A round this step closes changes the plan: the check-ins from the close on
-            # belong to the next step (a timed event at t runs before a check-in at t).
-            stop = bisect_left(tl, cut, i, j) - i
-            limit = i + stop
-        else:
-            limit = j
-        tiers = p.tier_list
-        detail = self._detail
         sched = self.sched
         by_idx = sched.by_idx
         assigned = 0
-        for job, mine, finish, ok, tasks in done:
-            count = len(mine) if limit == j else bisect_left(mine, limit)
-            if count == 0:
+        for (job, kept, failed, start), close_at in zip(
+            out[:jobs].tolist(), kth[:jobs].tolist(), strict=True
+        ):
+            if kept == 0:
                 continue
-            js = by_idx[job]
-            fill_at = tl[mine[js.remaining - 1]] if count >= js.remaining else 0.0
-            sched.assign_many(job, count, fill_at)
-            assigned += count
+            r = by_idx[job].remaining
+            fill_at = tl[int(grouped[start + r - 1])] if kept >= r else 0.0
+            sched.assign_many(job, kept, fill_at)
+            assigned += kept
             lr = live_of[job]
             assert lr is not None
-            lr.record.assigned += count
-            if ok is None and count == len(mine):
-                if detail:
-                    lr.add(
-                        finish,
-                        list(map(tiers.__getitem__, mine)),
-                        list(map(tasks.resp.__getitem__, mine)),
-                    )
-                else:
-                    lr.add(finish)
-            else:
-                good = list(range(count)) if ok is None else [q for q in range(count) if ok[q]]
-                lr.record.failures += count - len(good)
-                if not good:
-                    continue
-                if detail:
-                    lr.add(
-                        [finish[q] for q in good],
-                        [tiers[mine[q]] for q in good],
-                        [tasks.resp[mine[q]] for q in good],
-                    )
-                else:
-                    lr.add([finish[q] for q in good])
-            k = needed[job]
-            if len(lr.finish) >= k:  # else no close time yet (``_offer_close`` is a no-op)
-                self._offer_close(lr, k)
+            rr = lr.record
+            rr.assigned += kept
+            rr.failures += failed
+            if close_at < lr.close_candidate:
+                lr.close_candidate = close_at
+                self._push(close_at, _CLOSE, rr.job_id, rr.attempt)
         self.assignments += assigned
         return stop
 
 
-class _Tasks:
-    """Response time, finish time and success of a task of workload ``w`` dispatched at
-    each check-in of a batch (the same float operations as the event mode's)."""
-
-    __slots__ = ("bad", "finish", "ok", "resp")
-
-    def __init__(self, p: _Prepared, w: float) -> None:
-        b = p.batch
-        resp = b.noise + w * b.comp + p.transfer
-        finish = b.time + resp
-        ok = finish <= b.end + WINDOW_SLACK_S
-        self.resp: list[float] = resp.tolist()
-        self.finish: list[float] = finish.tolist()
-        self.ok: list[bool] = ok.tolist()
-        # Failed tasks before each check-in (none in [a, b] iff bad[b + 1] == bad[a]).
-        self.bad: list[int] = np.concatenate(([0], np.cumsum(~ok))).tolist()
-
-
 class _Prepared:
-    """A batch of check-ins with what every step reads of it as Python lists."""
+    """A batch of check-ins with what every step reads of it."""
 
     def __init__(
         self, batch: CheckinBatch, slots: np.ndarray, tiers: np.ndarray, transfer: np.ndarray
@@ -482,7 +444,8 @@ class _Prepared:
         self.tier_list: list[int] = tiers.tolist()
         self.partition: list[int] = []  # each check-in's partition (partitioned runs)
         self._u: list[float] | None = None
-        self._tasks: dict[float, _Tasks] = {}
+        self._scratch: tuple[np.ndarray, np.ndarray] | None = None
+        self._outputs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def u(self) -> list[float]:
@@ -490,9 +453,21 @@ class _Prepared:
             self._u = self.batch.u.tolist()
         return self._u
 
-    def tasks(self, w: float) -> _Tasks:
-        """The tasks of workload ``w`` (computed for the whole batch on first use)."""
-        out = self._tasks.get(w)
-        if out is None:
-            out = self._tasks[w] = _Tasks(self, w)
+    def scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        """A step's picked jobs and check-in numbers (room for the whole batch)."""
+        if self._scratch is None:
+            n = max(1, len(self.batch))
+            self._scratch = (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+        return self._scratch
+
+    def outputs(self, num_jobs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``commit``'s per-job outputs and grouped check-in numbers."""
+        out = self._outputs
+        if out is None or out[0].shape[0] < num_jobs:
+            n = max(1, len(self.batch))
+            out = self._outputs = (
+                np.zeros((num_jobs, 4), dtype=np.int64),
+                np.zeros(num_jobs, dtype=np.float64),
+                np.zeros(n, dtype=np.int64),
+            )
         return out
