@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,7 +31,7 @@ from venn.core.matching import TierModel
 from venn.core.model import JobSpec
 from venn.core.registry import POLICIES, make_scheduler
 from venn.core.scheduler import Scheduler
-from venn.sim.kernels import commit, scan_first, scan_uniform
+from venn.sim import kernels
 from venn.sim.rounds import (
     ROUND_GAP_S,
     WINDOW_SLACK_S,
@@ -44,6 +44,12 @@ from venn.traces.checkins import CheckinBatch, CheckinSource, capacity_proxy
 from venn.traces.devices import DeviceProfiles
 
 Mode = Literal["fast", "event"]
+
+# The compiled steps, called with their columns unpacked from tuples.
+_Kernel = Callable[..., tuple[int, int]]
+step_first: _Kernel = kernels.step_first
+step_uniform: _Kernel = kernels.step_uniform
+commit: _Kernel = kernels.commit
 
 _CLOSE, _DEADLINE, _ARRIVAL, _REQUEST, _MESSAGE = 0, 1, 2, 3, 4
 
@@ -324,10 +330,12 @@ class Simulation:
         """Decide check-ins i.. (before j) with ``table`` until one exhausts its job's
         budget, and commit them: the number of check-ins used, or None if no check-in
         before j can be assigned."""
-        job_out, pos_out = p.scratch()
+        job_buf, pos_buf = p.scratch()
+        out, kth, grouped = p.outputs(len(self._needed_a))
+        store = self._store
         if table.uniform:
             width = table.candidates.shape[2]
-            m, last = scan_uniform(
+            stop, jobs = step_uniform(
                 keys,
                 table.candidates.reshape(-1, width),
                 table.counts.reshape(-1),
@@ -335,75 +343,80 @@ class Simulation:
                 table.budget,
                 i,
                 j,
-                job_out,
-                pos_out,
+                job_buf,
+                pos_buf,
+                *p.columns,
+                WINDOW_SLACK_S,
+                self._workload_a,
+                self._needed_a,
+                *store.columns,
+                out,
+                kth,
+                grouped,
             )
         else:
-            heads = table.candidates[:, :, 0].reshape(-1)
-            m, last = scan_first(keys, heads, table.budget, i, j, job_out, pos_out)
-        if last < 0:
+            heads = p.heads_of(table.candidates)
+            stop, jobs = step_first(
+                keys,
+                heads,
+                table.budget,
+                i,
+                j,
+                job_buf,
+                pos_buf,
+                *p.columns,
+                WINDOW_SLACK_S,
+                self._workload_a,
+                self._needed_a,
+                *store.columns,
+                out,
+                kth,
+                grouped,
+            )
+        if stop == 0:
             return None
-        return self._commit(p, job_out, pos_out, m, i, j, last - i + 1)
+        return self._account(p, stop, jobs)
 
     def _commit_step(
         self, p: _Prepared, positions: dict[int, list[int]], i: int, j: int, stop: int
     ) -> int:
-        """``_commit`` for a step decided in Python (each picked job's check-in
-        numbers, ascending)."""
-        job_out, pos_out = p.scratch()
+        """Run the tasks of a step decided in Python (each picked job's check-in
+        numbers, ascending) and account them, as ``_step`` does; returns the number of
+        check-ins the step used (fewer than ``stop`` if a round it fills closes before
+        its last check-in: the rest belong to the next table)."""
+        job_buf, pos_buf = p.scratch()
         m = 0
         store = self._store
         for job, mine in positions.items():
             store.reserve(job, int(store.count[job]) + len(mine))
-            job_out[m : m + len(mine)] = job
-            pos_out[m : m + len(mine)] = mine
+            job_buf[m : m + len(mine)] = job
+            pos_buf[m : m + len(mine)] = mine
             m += len(mine)
-        return self._commit(p, job_out, pos_out, m, i, j, stop)
-
-    def _commit(
-        self,
-        p: _Prepared,
-        job_in: np.ndarray,
-        pos_in: np.ndarray,
-        m: int,
-        i: int,
-        j: int,
-        stop: int,
-    ) -> int:
-        """Run the tasks of one step's ``m`` assignments and account them; returns the
-        number of check-ins the step used (fewer than ``stop`` if a round it fills
-        closes before its last check-in: the rest belong to the next table)."""
-        b = p.batch
-        store = self._store
         out, kth, grouped = p.outputs(len(self._needed_a))
         stop, jobs = commit(
-            job_in,
-            pos_in,
+            job_buf,
+            pos_buf,
             m,
             i,
             j,
             stop,
-            b.time,
-            b.end,
-            b.noise,
-            b.comp,
-            p.transfer,
-            p.tiers,
+            *p.columns,
             WINDOW_SLACK_S,
             self._workload_a,
             self._needed_a,
-            store.finish,
-            store.tiers,
-            store.resp,
-            store.ordered,
-            store.is_sorted,
-            store.count,
+            *store.columns,
             out,
             kth,
             grouped,
         )
+        return self._account(p, stop, jobs)
+
+    def _account(self, p: _Prepared, stop: int, jobs: int) -> int:
+        """Account a committed step in the scheduler and the round records (``commit``'s
+        outputs for ``jobs`` jobs); returns ``stop``."""
         if stop < 0:
             raise RuntimeError("a round has more results than its row holds")
+        out, kth, grouped = p.outputs(len(self._needed_a))
         tl = p.time
         live_of = self._live_of
         sched = self.sched
@@ -444,14 +457,23 @@ class _Prepared:
         self.tier_list: list[int] = tiers.tolist()
         self.partition: list[int] = []  # each check-in's partition (partitioned runs)
         self._u: list[float] | None = None
+        # The columns a compiled step reads (``venn.sim.kernels.commit``'s order).
+        self.columns = (batch.time, batch.end, batch.noise, batch.comp, transfer, tiers)
         self._scratch: tuple[np.ndarray, np.ndarray] | None = None
         self._outputs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._heads: tuple[np.ndarray | None, np.ndarray] = (None, np.zeros(0, dtype=np.int64))
 
     @property
     def u(self) -> list[float]:
         if self._u is None:
             self._u = self.batch.u.tolist()
         return self._u
+
+    def heads_of(self, candidates: np.ndarray) -> np.ndarray:
+        """Each row's first candidate (tables with the same heads share ``candidates``)."""
+        if self._heads[0] is not candidates:
+            self._heads = (candidates, candidates[:, :, 0].reshape(-1))
+        return self._heads[1]
 
     def scratch(self) -> tuple[np.ndarray, np.ndarray]:
         """A step's picked jobs and check-in numbers (room for the whole batch)."""

@@ -259,3 +259,83 @@ def commit(
         else:
             kth[s] = _INF
     return stop, jobs
+
+
+@nb.njit(cache=True)
+def step_first(
+    keys: np.ndarray,
+    heads: np.ndarray,
+    budget: np.ndarray,
+    i: int,
+    j: int,
+    job_buf: np.ndarray,
+    pos_buf: np.ndarray,
+    time: np.ndarray,
+    end: np.ndarray,
+    noise: np.ndarray,
+    comp: np.ndarray,
+    transfer: np.ndarray,
+    tiers: np.ndarray,
+    slack: float,
+    workload: np.ndarray,
+    needed: np.ndarray,
+    finish: np.ndarray,
+    tier_res: np.ndarray,
+    resp_res: np.ndarray,
+    ordered: np.ndarray,
+    is_sorted: np.ndarray,
+    count: np.ndarray,
+    out: np.ndarray,
+    kth: np.ndarray,
+    grouped: np.ndarray,
+) -> tuple[int, int]:
+    """``scan_first`` then ``commit`` in one call; (0, 0) if nothing was assigned."""
+    m, last = scan_first(keys, heads, budget, i, j, job_buf, pos_buf)
+    if last < 0:
+        return 0, 0
+    return commit(  # type: ignore[no-any-return]
+        job_buf, pos_buf, m, i, j, last - i + 1, time, end, noise, comp, transfer, tiers,
+        slack, workload, needed, finish, tier_res, resp_res, ordered, is_sorted, count, out,
+        kth, grouped,
+    )  # fmt: skip
+
+
+@nb.njit(cache=True)
+def step_uniform(
+    keys: np.ndarray,
+    candidates: np.ndarray,
+    counts: np.ndarray,
+    us: np.ndarray,
+    budget: np.ndarray,
+    i: int,
+    j: int,
+    job_buf: np.ndarray,
+    pos_buf: np.ndarray,
+    time: np.ndarray,
+    end: np.ndarray,
+    noise: np.ndarray,
+    comp: np.ndarray,
+    transfer: np.ndarray,
+    tiers: np.ndarray,
+    slack: float,
+    workload: np.ndarray,
+    needed: np.ndarray,
+    finish: np.ndarray,
+    tier_res: np.ndarray,
+    resp_res: np.ndarray,
+    ordered: np.ndarray,
+    is_sorted: np.ndarray,
+    count: np.ndarray,
+    out: np.ndarray,
+    kth: np.ndarray,
+    grouped: np.ndarray,
+) -> tuple[int, int]:
+    """``scan_uniform`` then ``commit`` in one call; (0, 0) if nothing was assigned."""
+    m, last = scan_uniform(keys, candidates, counts, us, budget, i, j, job_buf, pos_buf)
+    if last < 0:
+        return 0, 0
+    return commit(  # type: ignore[no-any-return]
+        job_buf, pos_buf, m, i, j, last - i + 1, time, end, noise, comp, transfer, tiers,
+        slack, workload, needed, finish, tier_res, resp_res, ordered, is_sorted, count, out,
+        kth, grouped,
+    )  # fmt: skip

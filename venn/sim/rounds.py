@@ -47,6 +47,11 @@ class RoundStore:
         self.is_sorted = np.zeros(rows, dtype=np.bool_)
         self.count = np.zeros(rows, dtype=np.int64)
 
+    @property
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """The arrays in ``venn.sim.kernels.commit``'s order."""
+        return (self.finish, self.tiers, self.resp, self.ordered, self.is_sorted, self.count)
+
     def reserve(self, job: int, size: int) -> None:
         """Room for row ``job`` and ``size`` results in it."""
         rows, cap = self.finish.shape
