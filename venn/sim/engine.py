@@ -29,9 +29,11 @@ import numpy as np
 from venn.core.dispatch import DispatchTable
 from venn.core.matching import TierModel
 from venn.core.model import JobSpec
+from venn.core.policies import IrsPolicy
 from venn.core.registry import POLICIES, make_scheduler
 from venn.core.scheduler import Scheduler
 from venn.sim import kernels
+from venn.sim.plan_kernel import CompiledPlanner
 from venn.sim.rounds import (
     ROUND_GAP_S,
     WINDOW_SLACK_S,
@@ -111,6 +113,8 @@ class Simulation:
             supply_window=config.supply_window,
             track_devices=False,
         )
+        if isinstance(self.sched.policy, IrsPolicy):
+            self.sched.policy.planner = CompiledPlanner()  # the same plans, compiled
         # Profile i is slot i: the trace's profile column indexes slots directly.
         self.sched.index.add_profiles(profiles.attrs)
         self.records = {j.job_id: JobRecord(j) for j in jobs}
