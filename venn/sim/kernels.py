@@ -339,3 +339,30 @@ def step_uniform(
         slack, workload, needed, finish, tier_res, resp_res, ordered, is_sorted, count, out,
         kth, grouped,
     )  # fmt: skip
+
+
+@nb.njit(cache=True)
+def insert_sorted(ordered: np.ndarray, n: int, value: float) -> None:
+    """Insert ``value`` into the sorted first ``n`` values of ``ordered`` (room for one
+    more), after any equal ones."""
+    w = n
+    while w > 0 and ordered[w - 1] > value:
+        ordered[w] = ordered[w - 1]
+        w -= 1
+    ordered[w] = value
+
+
+@nb.njit(cache=True)
+def kth_finish(
+    finish: np.ndarray,
+    ordered: np.ndarray,
+    is_sorted: np.ndarray,
+    count: np.ndarray,
+    job: int,
+    k: int,
+) -> float:
+    """Time of job ``job``'s k-th result so far (inf if fewer)."""
+    if count[job] < k:
+        return _INF
+    ensure_sorted(finish, ordered, is_sorted, count, job)
+    return ordered[job, k - 1]  # type: ignore[no-any-return]

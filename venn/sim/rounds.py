@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from venn.core.model import JobSpec
-from venn.sim.kernels import ensure_sorted, merge_sorted
+from venn.sim.kernels import ensure_sorted, insert_sorted, kth_finish, merge_sorted
 
 ROUND_GAP_S = 0.1  # the next round is requested this long after a round closes
 WINDOW_SLACK_S = 80.0  # a task may run this long past its device's window end
@@ -104,14 +104,21 @@ class LiveRound:
             return
         store, idx = self.store, self.idx
         n = int(store.count[idx])
-        store.reserve(idx, n + m)
-        store.finish[idx, n : n + m] = finish
+        if n + m > store.finish.shape[1]:
+            store.reserve(idx, n + m)
+        if m == 1:  # the event mode's case: one result at a time
+            store.finish[idx, n] = finish[0]
+        else:
+            store.finish[idx, n : n + m] = finish
         if self.detail:
             assert tiers is not None and resp is not None
             store.tiers[idx, n : n + m] = tiers
             store.resp[idx, n : n + m] = resp
         if store.is_sorted[idx]:
-            merge_sorted(store.ordered[idx], n, np.sort(np.array(finish, dtype=np.float64)))
+            if m == 1:
+                insert_sorted(store.ordered[idx], n, finish[0])
+            else:
+                merge_sorted(store.ordered[idx], n, np.sort(np.array(finish, dtype=np.float64)))
         store.count[idx] = n + m
 
     def sorted_finish(self) -> np.ndarray:
@@ -122,9 +129,10 @@ class LiveRound:
 
     def kth_finish(self, k: int) -> float:
         """Time of the k-th successful result so far (inf if fewer)."""
-        if self.count < k:
-            return float("inf")
-        return float(self.sorted_finish()[k - 1])
+        store = self.store
+        return kth_finish(  # type: ignore[no-any-return]
+            store.finish, store.ordered, store.is_sorted, store.count, self.idx, k
+        )
 
     def arrived_by(self, t: float) -> tuple[int, np.ndarray, np.ndarray, int]:
         """Results that arrived by ``t``: their number, their tiers and response times in
