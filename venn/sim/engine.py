@@ -335,13 +335,12 @@ class Simulation:
         budget, and commit them: the number of check-ins used, or None if no check-in
         before j can be assigned."""
         job_buf, pos_buf = p.scratch()
-        out, kth, grouped = p.outputs(len(self._needed_a))
-        store = self._store
+        tail = self._kernel_tail(p)
+        candidates = table.candidates
         if table.uniform:
-            width = table.candidates.shape[2]
             stop, jobs = step_uniform(
                 keys,
-                table.candidates.reshape(-1, width),
+                candidates.reshape(-1, candidates.shape[2]),
                 table.counts.reshape(-1),
                 p.batch.u,
                 table.budget,
@@ -349,37 +348,35 @@ class Simulation:
                 j,
                 job_buf,
                 pos_buf,
-                *p.columns,
-                WINDOW_SLACK_S,
-                self._workload_a,
-                self._needed_a,
-                *store.columns,
-                out,
-                kth,
-                grouped,
+                *tail,
             )
         else:
-            heads = p.heads_of(table.candidates)
-            stop, jobs = step_first(
-                keys,
-                heads,
-                table.budget,
-                i,
-                j,
-                job_buf,
-                pos_buf,
-                *p.columns,
-                WINDOW_SLACK_S,
-                self._workload_a,
-                self._needed_a,
-                *store.columns,
-                out,
-                kth,
-                grouped,
-            )
+            if p.heads_of is not candidates:  # tables with the same heads share them
+                p.heads_of = candidates
+                p.heads = candidates[:, :, 0].reshape(-1)
+            stop, jobs = step_first(keys, p.heads, table.budget, i, j, job_buf, pos_buf, *tail)
         if stop == 0:
             return None
         return self._account(p, stop, jobs)
+
+    def _kernel_tail(self, p: _Prepared) -> tuple[object, ...]:
+        """The arguments every compiled call on batch ``p`` ends with (``commit``'s from
+        ``time`` on), made again when the round store grows."""
+        store = self._store
+        if p.tail_of is not store.finish:
+            p.tail_of = store.finish
+            out, kth, grouped = p.outputs(len(self._needed_a))
+            p.tail = (
+                *p.columns,
+                WINDOW_SLACK_S,
+                self._workload_a,
+                self._needed_a,
+                *store.columns,
+                out,
+                kth,
+                grouped,
+            )
+        return p.tail
 
     def _commit_step(
         self, p: _Prepared, positions: dict[int, list[int]], i: int, j: int, stop: int
@@ -396,23 +393,7 @@ class Simulation:
             job_buf[m : m + len(mine)] = job
             pos_buf[m : m + len(mine)] = mine
             m += len(mine)
-        out, kth, grouped = p.outputs(len(self._needed_a))
-        stop, jobs = commit(
-            job_buf,
-            pos_buf,
-            m,
-            i,
-            j,
-            stop,
-            *p.columns,
-            WINDOW_SLACK_S,
-            self._workload_a,
-            self._needed_a,
-            *store.columns,
-            out,
-            kth,
-            grouped,
-        )
+        stop, jobs = commit(job_buf, pos_buf, m, i, j, stop, *self._kernel_tail(p))
         return self._account(p, stop, jobs)
 
     def _account(self, p: _Prepared, stop: int, jobs: int) -> int:
@@ -465,19 +446,17 @@ class _Prepared:
         self.columns = (batch.time, batch.end, batch.noise, batch.comp, transfer, tiers)
         self._scratch: tuple[np.ndarray, np.ndarray] | None = None
         self._outputs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._heads: tuple[np.ndarray | None, np.ndarray] = (None, np.zeros(0, dtype=np.int64))
+        # Each row's first candidate, of the candidates array ``heads_of``.
+        self.heads_of: np.ndarray | None = None
+        self.heads = np.zeros(0, dtype=np.int64)
+        self.tail: tuple[object, ...] = ()  # see ``Simulation._kernel_tail``
+        self.tail_of: np.ndarray | None = None
 
     @property
     def u(self) -> list[float]:
         if self._u is None:
             self._u = self.batch.u.tolist()
         return self._u
-
-    def heads_of(self, candidates: np.ndarray) -> np.ndarray:
-        """Each row's first candidate (tables with the same heads share ``candidates``)."""
-        if self._heads[0] is not candidates:
-            self._heads = (candidates, candidates[:, :, 0].reshape(-1))
-        return self._heads[1]
 
     def scratch(self) -> tuple[np.ndarray, np.ndarray]:
         """A step's picked jobs and check-in numbers (room for the whole batch)."""
