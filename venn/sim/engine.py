@@ -10,8 +10,9 @@ Two modes share the scheduling core:
 - ``event``: one ``Scheduler.checkin`` call per check-in (the reference);
 - ``fast``: the dispatch table is static between plan changes, so the check-ins up to
   the next plan change are decided as one step against it, and the step's assignments
-  are committed per job (task times come from columns computed once per chunk). Both
-  give identical results for the same seed (a test checks it for every policy).
+  are committed at once, both by compiled code (``venn.sim.kernels``) over columnar
+  round results (``venn.sim.rounds.RoundStore``). Both give identical results for the
+  same seed (a test checks it for every policy).
 Check-ins are streamed chunk by chunk from the trace, never all in memory.
 """
 
