@@ -366,3 +366,27 @@ def kth_finish(
         return _INF
     ensure_sorted(finish, ordered, is_sorted, count, job)
     return ordered[job, k - 1]  # type: ignore[no-any-return]
+
+
+@nb.njit(cache=True)
+def arrivals(
+    finish: np.ndarray,
+    tier_res: np.ndarray,
+    resp_res: np.ndarray,
+    ordered: np.ndarray,
+    is_sorted: np.ndarray,
+    count: np.ndarray,
+    job: int,
+    t: float,
+    detail: bool,
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """Job ``job``'s results that arrived by ``t``: their number, and with ``detail``
+    their tiers and response times by arrival (a stable sort by finish time: ties in
+    check-in order), else empty arrays."""
+    ensure_sorted(finish, ordered, is_sorted, count, job)
+    n = count[job]
+    arrived = int(np.searchsorted(ordered[job, :n], t, side="right"))
+    if not detail:
+        return arrived, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    kept = np.argsort(finish[job, :n], kind="mergesort")[:arrived]
+    return arrived, tier_res[job, :n][kept], resp_res[job, :n][kept]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from venn.core.model import JobSpec
-from venn.sim.kernels import ensure_sorted, insert_sorted, kth_finish, merge_sorted
+from venn.sim.kernels import arrivals, ensure_sorted, insert_sorted, kth_finish, merge_sorted
 
 ROUND_GAP_S = 0.1  # the next round is requested this long after a round closes
 WINDOW_SLACK_S = 80.0  # a task may run this long past its device's window end
@@ -139,18 +139,18 @@ class LiveRound:
         arrival order (empty without ``detail``), and the number that arrived later
         (stragglers)."""
         store, idx = self.store, self.idx
-        n = int(store.count[idx])
-        arrived = int(np.searchsorted(self.sorted_finish(), t, side="right"))
-        if not self.detail:
-            return arrived, _NO_INTS, _NO_FLOATS, n - arrived
-        # Results are stored in check-in order, so a stable sort by finish time breaks
-        # ties by check-in.
-        kept = np.argsort(store.finish[idx, :n], kind="stable")[:arrived]
-        return arrived, store.tiers[idx, :n][kept], store.resp[idx, :n][kept], n - arrived
-
-
-_NO_INTS = np.zeros(0, dtype=np.int64)
-_NO_FLOATS = np.zeros(0, dtype=np.float64)
+        arrived, tiers, resp = arrivals(
+            store.finish,
+            store.tiers,
+            store.resp,
+            store.ordered,
+            store.is_sorted,
+            store.count,
+            idx,
+            t,
+            self.detail,
+        )
+        return arrived, tiers, resp, int(store.count[idx]) - arrived
 
 
 @dataclass
