@@ -57,14 +57,16 @@ class Recorded(PartitionedSimulation):
         stop = super()._commit_step(p, positions, i, j, stop)
         b = p.batch
         for job, mine in positions.items():
-            tasks = p.tasks(self._workload[job])
+            w = self._workload[job]
             js = self.sched.by_idx[job]
             job_id, rnd = js.spec.job_id, js.round_index
             for c in mine:
                 if c >= i + stop:
                     break
+                finish = float(b.time[c] + (b.noise[c] + w * b.comp[c] + p.transfer[c]))
                 # Active until its result arrives, or until its window closes if it fails.
-                end = tasks.finish[c] if tasks.ok[c] else float(b.end[c]) + WINDOW_SLACK_S
+                window_end = float(b.end[c]) + WINDOW_SLACK_S
+                end = finish if finish <= window_end else window_end
                 self.log.append((int(b.device_id[c]), job_id, rnd, p.time[c], end))
         return stop
 

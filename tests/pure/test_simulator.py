@@ -7,14 +7,15 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from venn.core import POLICIES
 from venn.sim.engine import Mode, SimConfig, Simulation
+from venn.sim.kernels import kth_of_union
 from venn.sim.metrics import summarise
-from venn.sim.rounds import kth_of_union
 from venn.sim.runner import tier_model
 from venn.traces.checkins import SyntheticTrace
 from venn.traces.devices import load_device_profiles
@@ -145,4 +146,5 @@ def test_kth_of_union_is_the_kth_of_the_merged_list(a, b, data) -> None:
     if not a and not b:
         return
     k = data.draw(st.integers(1, len(a) + len(b)))
-    assert kth_of_union(sorted(a), sorted(b), k) == sorted(a + b)[k - 1]
+    sa, sb = np.array(sorted(a), dtype=np.float64), np.array(sorted(b), dtype=np.float64)
+    assert kth_of_union(sa, sb, k) == sorted(a + b)[k - 1]

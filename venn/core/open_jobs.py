@@ -107,17 +107,17 @@ class OpenJobs:
             w = weight(js)
             r = js.remaining
             key = r * w
-            klass = self.klass(js.group, js.tier)
-            if (
-                old is not None
-                and old.remaining == r
-                and old.weight == w
-                and old.klass == klass
-                and old.key == key
-            ):
+            tier = js.tier
+            klass = js.group * (self.num_tiers + 1) + (0 if tier is None else tier + 1)
+            if old is not None and old.klass == klass:
+                if old.remaining == r and old.weight == w and old.key == key:
+                    return
+                order: OrderKey = (key, idx) if self.by_key else idx
+                self.changed += 1
+                self._move(old, OpenEntry(idx, js.group, tier, r, w, key, order, klass))
                 return
-            order: OrderKey = (key, idx) if self.by_key else idx
-            entry = OpenEntry(idx, js.group, js.tier, r, w, key, order, klass)
+            order = (key, idx) if self.by_key else idx
+            entry: OpenEntry | None = OpenEntry(idx, js.group, tier, r, w, key, order, klass)
         else:
             if old is None:
                 return
@@ -127,6 +127,26 @@ class OpenJobs:
             self._remove(old)
         if entry is not None:
             self._insert(entry)
+
+    def _move(self, old: OpenEntry, e: OpenEntry) -> None:
+        """Re-file a job within its class (its remaining demand or weight changed): the
+        same end state as ``_remove`` then ``_insert``, with fewer list operations."""
+        self.entries[e.idx] = e
+        self._budget[e.idx] = e.remaining
+        q = self.queues[e.group]
+        del q[bisect_left(q, old.key)]
+        insort(q, e.key)
+        members = self.classes[e.klass]
+        first = members[0]
+        del members[bisect_left(members, old.order)]  # type: ignore[arg-type]
+        insort(members, e.order)  # type: ignore[type-var]
+        if members[0] != first:  # the class's first job changed
+            heads = self.heads
+            del heads[bisect_left(heads, (first, e.klass))]  # type: ignore[arg-type]
+            insort(heads, (members[0], e.klass))  # type: ignore[type-var]
+        order = self.order
+        del order[bisect_left(order, old.order)]  # type: ignore[arg-type]
+        insort(order, e.order)  # type: ignore[type-var]
 
     def _remove(self, e: OpenEntry) -> None:
         del self.entries[e.idx]

@@ -443,14 +443,16 @@ class Scheduler:
         js.remaining -= count
         js.assigned += count
         js.service += count
-        self.open.touched.add(js.idx)
+        idx = js.idx
+        self.open.touched.add(idx)
         budget = self._table.budget
-        budget[js.idx] -= count
+        left = int(budget[idx]) - count  # Python ints: numpy scalar arithmetic is slower
+        budget[idx] = left
         if js.remaining <= 0:
             js.filled_at = now
-            self._mark(replan=True)
-        elif budget[js.idx] <= 0:
-            self._mark(replan=False)
+            self._dirty = self._replan = True
+        elif left <= 0:
+            self._dirty = True
 
     # -- compilation -----------------------------------------------------------------
     def _mark(self, replan: bool) -> None:
@@ -460,6 +462,12 @@ class Scheduler:
     @property
     def dirty(self) -> bool:
         return self._dirty
+
+    @property
+    def reads_supply(self) -> bool:
+        """Whether the next compile may read the supply window (a plan recompute, or
+        fairness weights): a caller feeding it in batches must have fed it by then."""
+        return self._dirty and (self._replan or bool(self.fairness_eps))
 
     def table(self, now: float) -> DispatchTable:
         """The dispatch table for this instant, recompiled if a plan event happened."""

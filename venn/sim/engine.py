@@ -10,8 +10,9 @@ Two modes share the scheduling core:
 - ``event``: one ``Scheduler.checkin`` call per check-in (the reference);
 - ``fast``: the dispatch table is static between plan changes, so the check-ins up to
   the next plan change are decided as one step against it, and the step's assignments
-  are committed per job (task times come from columns computed once per chunk). Both
-  give identical results for the same seed (a test checks it for every policy).
+  are committed at once, both by compiled code (``venn.sim.kernels``) over columnar
+  round results (``venn.sim.rounds.RoundStore``). Both give identical results for the
+  same seed (a test checks it for every policy).
 Check-ins are streamed chunk by chunk from the trace, never all in memory.
 """
 
@@ -20,9 +21,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import compress
 from typing import Literal
 
 import numpy as np
@@ -30,20 +30,29 @@ import numpy as np
 from venn.core.dispatch import DispatchTable
 from venn.core.matching import TierModel
 from venn.core.model import JobSpec
+from venn.core.policies import IrsPolicy
 from venn.core.registry import POLICIES, make_scheduler
 from venn.core.scheduler import Scheduler
+from venn.sim import kernels
+from venn.sim.plan_kernel import CompiledPlanner
 from venn.sim.rounds import (
     ROUND_GAP_S,
     WINDOW_SLACK_S,
     JobRecord,
     LiveRound,
     RoundRecord,
-    kth_of_union,
+    RoundStore,
 )
 from venn.traces.checkins import CheckinBatch, CheckinSource, capacity_proxy
 from venn.traces.devices import DeviceProfiles
 
 Mode = Literal["fast", "event"]
+
+# The compiled steps, called with their columns unpacked from tuples.
+_Kernel = Callable[..., tuple[int, int]]
+step_first: _Kernel = kernels.step_first
+step_uniform: _Kernel = kernels.step_uniform
+commit: _Kernel = kernels.commit
 
 _CLOSE, _DEADLINE, _ARRIVAL, _REQUEST, _MESSAGE = 0, 1, 2, 3, 4
 
@@ -105,6 +114,8 @@ class Simulation:
             supply_window=config.supply_window,
             track_devices=False,
         )
+        if isinstance(self.sched.policy, IrsPolicy):
+            self.sched.policy.planner = CompiledPlanner()  # the same plans, compiled
         # Profile i is slot i: the trace's profile column indexes slots directly.
         self.sched.index.add_profiles(profiles.attrs)
         self.records = {j.job_id: JobRecord(j) for j in jobs}
@@ -113,6 +124,10 @@ class Simulation:
         self._live_of: list[LiveRound | None] = []
         self._needed: list[int] = []
         self._detail = self.sched.tails is not None  # matching learns from the results
+        # The same by job idx as arrays, and the open rounds' results (compiled steps).
+        self._workload_a = np.zeros(max(1, len(jobs)), dtype=np.float64)
+        self._needed_a = np.zeros(max(1, len(jobs)), dtype=np.int64)
+        self._store = RoundStore(len(jobs), max((j.demand for j in jobs), default=1))
         self.heap: list[tuple[float, int, int, str, int]] = []
         self._seq = itertools.count()
         self.checkins = 0
@@ -135,9 +150,12 @@ class Simulation:
             if kind == _ARRIVAL:
                 spec = self.records[job_id].spec
                 self.sched.add_job(spec, t)
+                idx = len(self._workload)
                 self._workload.append(spec.workload_s)
                 self._live_of.append(None)
                 self._needed.append(spec.results_needed)
+                self._workload_a[idx] = spec.workload_s
+                self._needed_a[idx] = spec.results_needed
                 self._request(job_id, t)
             elif kind == _REQUEST:
                 self._request(job_id, t)
@@ -152,9 +170,10 @@ class Simulation:
         spec = rec.spec
         rr = RoundRecord(job_id, attempt, t, spec.demand, t + spec.deadline)
         rec.rounds.append(rr)
-        lr = self.live[job_id] = LiveRound(rr, self._detail)
+        idx = self.sched.jobs[job_id].idx
+        lr = self.live[job_id] = LiveRound(rr, self._store, idx, self._detail)
         self.sched.request_round(job_id, attempt, t)
-        self._live_of[self.sched.jobs[job_id].idx] = lr
+        self._live_of[idx] = lr
         self._push(rr.deadline_at, _DEADLINE, job_id, attempt)
         self._round_opened(job_id, attempt, spec.demand, t)
 
@@ -273,15 +292,15 @@ class Simulation:
     def _run_fast(self, p: _Prepared) -> None:
         """Check-ins in steps: each step runs with one dispatch table, up to the next
         timed event, the first check-in that exhausts a job's budget, or the first round
-        close its own assignments cause. The check-ins of a step are decided one by one
-        in plain Python (steps are short: a few dozen check-ins), and committed at once.
+        close its own assignments cause. A step is decided and committed by compiled
+        code (``venn.sim.kernels``).
         """
         sched = self.sched
         n = len(p.batch)
         times = p.batch.time
         tl = p.time
         observed = 0
-        keys: list[int] = []
+        keys = np.zeros(0, dtype=np.int64)
         keys_of: np.ndarray | None = None
         v = sched.num_tiers
         heap = self.heap
@@ -294,7 +313,7 @@ class Simulation:
             if self.unfinished == 0:
                 break
             j = max(bisect_left(tl, heap[0][0], i), i + 1) if heap else n
-            if sched.dirty:
+            if sched.reads_supply:
                 sched.observe_many(p.slots[observed : i + 1], times[observed : i + 1])
                 observed = i + 1
             table = sched.table(t)
@@ -304,162 +323,114 @@ class Simulation:
             sig_of_slot = sched.index.signature_of_slot
             if sig_of_slot is not keys_of:  # signatures change when a new group appears
                 keys_of = sig_of_slot
-                keys = (sig_of_slot[p.slots] * v + p.tiers).tolist()
-            picked = self._scan(table, keys, p, i, j)
-            if picked is None:
-                i = j
-                continue
-            stop, positions = picked
-            stop = self._commit_step(p, positions, i, j, stop)
-            i += stop
+                keys = sig_of_slot[p.slots].astype(np.int64) * v + p.tiers
+            stop = self._step(table, keys, p, i, j)
+            i = j if stop is None else i + stop
         if observed < n:
             sched.observe_many(p.slots[observed:], times[observed:])
 
-    def _scan(
-        self, table: DispatchTable, keys: list[int], p: _Prepared, i: int, j: int
-    ) -> tuple[int, dict[int, list[int]]] | None:
+    def _step(
+        self, table: DispatchTable, keys: np.ndarray, p: _Prepared, i: int, j: int
+    ) -> int | None:
         """Decide check-ins i.. (before j) with ``table`` until one exhausts its job's
-        budget: (check-ins used, each picked job's check-in numbers), or None if no
-        check-in before j can be assigned."""
-        budget = table.budget
-        positions: dict[int, list[int]] = {}
-        limits: dict[int, int] = {}
-        last = -1
-        num_rows = table.num_rows
+        budget, and commit them: the number of check-ins used, or None if no check-in
+        before j can be assigned."""
+        job_buf, pos_buf = p.scratch()
+        tail = self._kernel_tail(p)
+        candidates = table.candidates
         if table.uniform:
-            rows = table.rows()
-            us = p.u
-            for c in range(i, j):
-                key = keys[c]
-                if key >= num_rows:
-                    continue
-                row = rows[key]
-                m = len(row)
-                if not m:
-                    continue
-                job = row[min(int(us[c] * m), m - 1)]
-                last = c
-                mine = positions.get(job)
-                if mine is None:
-                    mine = positions[job] = [c]
-                    limits[job] = int(budget[job])
-                else:
-                    mine.append(c)
-                if len(mine) >= limits[job]:
-                    break
+            stop, jobs = step_uniform(
+                keys,
+                candidates.reshape(-1, candidates.shape[2]),
+                table.counts.reshape(-1),
+                p.batch.u,
+                table.budget,
+                i,
+                j,
+                job_buf,
+                pos_buf,
+                *tail,
+            )
         else:
-            heads = table.heads()
-            for c in range(i, j):
-                key = keys[c]
-                if key >= num_rows:
-                    continue
-                job = heads[key]
-                if job < 0:
-                    continue
-                last = c
-                mine = positions.get(job)
-                if mine is None:
-                    mine = positions[job] = [c]
-                    limits[job] = int(budget[job])
-                else:
-                    mine.append(c)
-                if len(mine) >= limits[job]:
-                    break
-        if last < 0:
+            if p.heads_of is not candidates:  # tables with the same heads share them
+                p.heads_of = candidates
+                p.heads = candidates[:, :, 0].reshape(-1)
+            stop, jobs = step_first(keys, p.heads, table.budget, i, j, job_buf, pos_buf, *tail)
+        if stop == 0:
             return None
-        return last - i + 1, positions
+        return self._account(p, stop, jobs)
+
+    def _kernel_tail(self, p: _Prepared) -> tuple[object, ...]:
+        """The arguments every compiled call on batch ``p`` ends with (``commit``'s from
+        ``time`` on), made again when the round store grows."""
+        store = self._store
+        if p.tail_of is not store.finish:
+            p.tail_of = store.finish
+            out, kth, grouped = p.outputs(len(self._needed_a))
+            p.tail = (
+                *p.columns,
+                WINDOW_SLACK_S,
+                self._workload_a,
+                self._needed_a,
+                *store.columns,
+                out,
+                kth,
+                grouped,
+            )
+        return p.tail
 
     def _commit_step(
         self, p: _Prepared, positions: dict[int, list[int]], i: int, j: int, stop: int
     ) -> int:
-        """Run the tasks of one step's assignments and account them; returns the number
-        of check-ins the step used (fewer than ``stop`` if a round it fills closes
-        before its last check-in: the rest belong to the next table)."""
+        """Run the tasks of a step decided in Python (each picked job's check-in
+        numbers, ascending) and account them, as ``_step`` does; returns the number of
+        check-ins the step used (fewer than ``stop`` if a round it fills closes before
+        its last check-in: the rest belong to the next table)."""
+        job_buf, pos_buf = p.scratch()
+        m = 0
+        store = self._store
+        for job, mine in positions.items():
+            store.reserve(job, int(store.count[job]) + len(mine))
+            job_buf[m : m + len(mine)] = job
+            pos_buf[m : m + len(mine)] = mine
+            m += len(mine)
+        stop, jobs = commit(job_buf, pos_buf, m, i, j, stop, *self._kernel_tail(p))
+        return self._account(p, stop, jobs)
+
+    def _account(self, p: _Prepared, stop: int, jobs: int) -> int:
+        """Account a committed step in the scheduler and the round records (``commit``'s
+        outputs for ``jobs`` jobs); returns ``stop``."""
+        if stop < 0:
+            raise RuntimeError("a round has more results than its row holds")
+        out, kth, grouped = p.outputs(len(self._needed_a))
         tl = p.time
-        workload = self._workload
         live_of = self._live_of
-        needed = self._needed
-        done: list[tuple[int, list[int], list[float], list[bool], bool, _Tasks]] = []
-        cut = np.inf
-        for job in sorted(positions):
-            mine = positions[job]
-            tasks = p.tasks(workload[job])
-            finish = list(map(tasks.finish.__getitem__, mine))
-            ok = list(map(tasks.ok.__getitem__, mine))
-            all_ok = all(ok)
-            done.append((job, mine, finish, ok, all_ok, tasks))
-            # The earliest round close these assignments would cause.
-            k = needed[job]
-            lr = live_of[job]
-            assert lr is not None
-            if lr.count + (len(finish) if all_ok else sum(ok)) >= k:
-                new = sorted(finish if all_ok else compress(finish, ok))
-                cut = min(cut, kth_of_union(lr.sorted_finish(), new, k))
-        if cut <= tl[i + stop - 1]:
-            # A round this step closes changes the plan: the check-ins from the close on
-            # belong to the next step (a timed event at t runs before a check-in at t).
-            stop = bisect_left(tl, cut, i, j) - i
-            limit = i + stop
-        else:
-            limit = j
-        tiers = p.tier_list
-        detail = self._detail
         sched = self.sched
         by_idx = sched.by_idx
-        for job, mine, finish, ok, all_ok, tasks in done:
-            count = len(mine) if limit == j else bisect_left(mine, limit)
-            if count == 0:
+        assigned = 0
+        for (job, kept, failed, start), close_at in zip(
+            out[:jobs].tolist(), kth[:jobs].tolist(), strict=True
+        ):
+            if kept == 0:
                 continue
-            js = by_idx[job]
-            fill_at = tl[mine[js.remaining - 1]] if count >= js.remaining else 0.0
-            sched.assign_many(job, count, fill_at)
-            self.assignments += count
+            r = by_idx[job].remaining
+            fill_at = tl[int(grouped[start + r - 1])] if kept >= r else 0.0
+            sched.assign_many(job, kept, fill_at)
+            assigned += kept
             lr = live_of[job]
             assert lr is not None
-            lr.record.assigned += count
-            if count == len(mine) and all_ok:
-                if detail:
-                    lr.add(
-                        finish,
-                        list(map(tiers.__getitem__, mine)),
-                        list(map(tasks.resp.__getitem__, mine)),
-                    )
-                else:
-                    lr.add(finish)
-                self._offer_close(lr, needed[job])
-                continue
-            good = [q for q in range(count) if ok[q]]
-            lr.record.failures += count - len(good)
-            if good:
-                if detail:
-                    lr.add(
-                        [finish[q] for q in good],
-                        [tiers[mine[q]] for q in good],
-                        [tasks.resp[mine[q]] for q in good],
-                    )
-                else:
-                    lr.add([finish[q] for q in good])
-                self._offer_close(lr, needed[job])
+            rr = lr.record
+            rr.assigned += kept
+            rr.failures += failed
+            if close_at < lr.close_candidate:
+                lr.close_candidate = close_at
+                self._push(close_at, _CLOSE, rr.job_id, rr.attempt)
+        self.assignments += assigned
         return stop
 
 
-class _Tasks:
-    """Response time, finish time and success of a task of workload ``w`` dispatched at
-    each check-in of a batch (the same float operations as the event mode's)."""
-
-    __slots__ = ("finish", "ok", "resp")
-
-    def __init__(self, p: _Prepared, w: float) -> None:
-        b = p.batch
-        resp = b.noise + w * b.comp + p.transfer
-        finish = b.time + resp
-        self.resp: list[float] = resp.tolist()
-        self.finish: list[float] = finish.tolist()
-        self.ok: list[bool] = (finish <= b.end + WINDOW_SLACK_S).tolist()
-
-
 class _Prepared:
-    """A batch of check-ins with what every step reads of it as Python lists."""
+    """A batch of check-ins with what every step reads of it."""
 
     def __init__(
         self, batch: CheckinBatch, slots: np.ndarray, tiers: np.ndarray, transfer: np.ndarray
@@ -472,7 +443,15 @@ class _Prepared:
         self.tier_list: list[int] = tiers.tolist()
         self.partition: list[int] = []  # each check-in's partition (partitioned runs)
         self._u: list[float] | None = None
-        self._tasks: dict[float, _Tasks] = {}
+        # The columns a compiled step reads (``venn.sim.kernels.commit``'s order).
+        self.columns = (batch.time, batch.end, batch.noise, batch.comp, transfer, tiers)
+        self._scratch: tuple[np.ndarray, np.ndarray] | None = None
+        self._outputs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # Each row's first candidate, of the candidates array ``heads_of``.
+        self.heads_of: np.ndarray | None = None
+        self.heads = np.zeros(0, dtype=np.int64)
+        self.tail: tuple[object, ...] = ()  # see ``Simulation._kernel_tail``
+        self.tail_of: np.ndarray | None = None
 
     @property
     def u(self) -> list[float]:
@@ -480,9 +459,21 @@ class _Prepared:
             self._u = self.batch.u.tolist()
         return self._u
 
-    def tasks(self, w: float) -> _Tasks:
-        """The tasks of workload ``w`` (computed for the whole batch on first use)."""
-        out = self._tasks.get(w)
-        if out is None:
-            out = self._tasks[w] = _Tasks(self, w)
+    def scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        """A step's picked jobs and check-in numbers (room for the whole batch)."""
+        if self._scratch is None:
+            n = max(1, len(self.batch))
+            self._scratch = (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+        return self._scratch
+
+    def outputs(self, num_jobs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``commit``'s per-job outputs and grouped check-in numbers."""
+        out = self._outputs
+        if out is None or out[0].shape[0] < num_jobs:
+            n = max(1, len(self.batch))
+            out = self._outputs = (
+                np.zeros((num_jobs, 4), dtype=np.int64),
+                np.zeros(num_jobs, dtype=np.float64),
+                np.zeros(n, dtype=np.int64),
+            )
         return out

@@ -103,6 +103,8 @@ class PartitionedSimulation(Simulation):
         self.refused_reassigned = 0  # refused devices then given to another candidate
         self._held: dict[tuple[int, str, int, int], HeldDevice] = {}
         self._step_offers: list[tuple[int, int, int]] = []  # (check-in, partition, job)
+        self._keys_of: np.ndarray | None = None  # the keys array ``_keys`` lists
+        self._keys: list[int] = []
 
     # -- lease messages --------------------------------------------------------------
     def _send(self, msg: Message, t: float) -> None:
@@ -206,6 +208,20 @@ class PartitionedSimulation(Simulation):
 
     def _run_event(self, p: _Prepared) -> None:
         raise ValueError("partitioned runs use the fast mode")
+
+    def _step(
+        self, table: DispatchTable, keys: np.ndarray, p: _Prepared, i: int, j: int
+    ) -> int | None:
+        """A step decided in Python (by the partitions' leases), committed as the
+        single-worker one is."""
+        if keys is not self._keys_of:
+            self._keys_of = keys
+            self._keys = keys.tolist()
+        picked = self._scan(table, self._keys, p, i, j)
+        if picked is None:
+            return None
+        stop, positions = picked
+        return self._commit_step(p, positions, i, j, stop)
 
     def _scan(
         self, table: DispatchTable, keys: list[int], p: _Prepared, i: int, j: int

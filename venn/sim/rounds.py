@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from venn.core.model import JobSpec
+from venn.sim.kernels import arrivals, ensure_sorted, insert_sorted, kth_finish, merge_sorted
 
 ROUND_GAP_S = 0.1  # the next round is requested this long after a round closes
 WINDOW_SLACK_S = 80.0  # a task may run this long past its device's window end
@@ -31,103 +31,126 @@ class RoundRecord:
     stragglers: int = 0  # successful results that came after the close
 
 
+class RoundStore:
+    """Successful results of every job's open round, one row per job idx (a job has at
+    most one open round): finish times, tiers and response times in check-in order, and
+    the finish times sorted (``is_sorted``) once the round could close (before that no
+    close time exists). The fast mode's compiled steps (``venn.sim.kernels``) write it
+    directly."""
+
+    def __init__(self, num_jobs: int, capacity: int) -> None:
+        rows, cap = max(1, num_jobs), max(1, capacity)
+        self.finish = np.zeros((rows, cap), dtype=np.float64)
+        self.tiers = np.zeros((rows, cap), dtype=np.int64)
+        self.resp = np.zeros((rows, cap), dtype=np.float64)
+        self.ordered = np.zeros((rows, cap), dtype=np.float64)
+        self.is_sorted = np.zeros(rows, dtype=np.bool_)
+        self.count = np.zeros(rows, dtype=np.int64)
+
+    @property
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """The arrays in ``venn.sim.kernels.commit``'s order."""
+        return (self.finish, self.tiers, self.resp, self.ordered, self.is_sorted, self.count)
+
+    def reserve(self, job: int, size: int) -> None:
+        """Room for row ``job`` and ``size`` results in it."""
+        rows, cap = self.finish.shape
+        if job < rows and size <= cap:
+            return
+        new_rows, new_cap = max(rows, job + 1), max(cap, 2 * size)
+        for name in ("finish", "tiers", "resp", "ordered"):
+            old = getattr(self, name)
+            grown = np.zeros((new_rows, new_cap), dtype=old.dtype)
+            grown[:rows, :cap] = old
+            setattr(self, name, grown)
+        for name in ("is_sorted", "count"):
+            old = getattr(self, name)
+            grown = np.zeros(new_rows, dtype=old.dtype)
+            grown[:rows] = old
+            setattr(self, name, grown)
+
+
 class LiveRound:
-    """Successful results of the open round, as plain lists (appended per batch).
+    """The open round of job ``idx``: its record, and its results in a ``RoundStore``
+    row. The results' tiers and response times are read only with ``detail`` (tier
+    matching learns from them)."""
 
-    ``finish`` is in check-in order. Its sorted copy is made when the round first could
-    close (``results_needed`` results), and kept sorted from then on: before that no
-    close time exists, and most of a round's results come before it. The results' tiers
-    and response times are kept only with ``detail`` (tier matching learns from them).
-    """
+    __slots__ = ("close_candidate", "detail", "idx", "record", "store")
 
-    __slots__ = ("_sorted", "close_candidate", "detail", "finish", "record", "resp", "tiers")
-
-    def __init__(self, record: RoundRecord, detail: bool = True) -> None:
+    def __init__(
+        self, record: RoundRecord, store: RoundStore, idx: int, detail: bool = True
+    ) -> None:
         self.record = record
+        self.store = store
+        self.idx = idx
         self.detail = detail
-        self.finish: list[float] = []
-        self.tiers: list[int] = []
-        self.resp: list[float] = []  # dispatch -> result, seconds
-        self._sorted: list[float] | None = None
         self.close_candidate = float("inf")
+        store.reserve(idx, record.demand)
+        store.count[idx] = 0
+        store.is_sorted[idx] = False
 
     @property
     def count(self) -> int:
         """Successful results so far."""
-        return len(self.finish)
+        return int(self.store.count[self.idx])
 
     def add(
         self, finish: list[float], tiers: list[int] | None = None, resp: list[float] | None = None
     ) -> None:
-        """Add results (``tiers`` and ``resp`` are read only with ``detail``)."""
-        if not finish:
+        """Add results in check-in order (``tiers`` and ``resp`` are read only with
+        ``detail``)."""
+        m = len(finish)
+        if not m:
             return
-        self.finish += finish
+        store, idx = self.store, self.idx
+        n = int(store.count[idx])
+        if n + m > store.finish.shape[1]:
+            store.reserve(idx, n + m)
+        if m == 1:  # the event mode's case: one result at a time
+            store.finish[idx, n] = finish[0]
+        else:
+            store.finish[idx, n : n + m] = finish
         if self.detail:
             assert tiers is not None and resp is not None
-            self.tiers += tiers
-            self.resp += resp
-        ordered = self._sorted
-        if ordered is not None:
-            if len(finish) <= 8:
-                for f in finish:
-                    insort(ordered, f)
+            store.tiers[idx, n : n + m] = tiers
+            store.resp[idx, n : n + m] = resp
+        if store.is_sorted[idx]:
+            if m == 1:
+                insert_sorted(store.ordered[idx], n, finish[0])
             else:
-                ordered += finish
-                ordered.sort()
+                merge_sorted(store.ordered[idx], n, np.sort(np.array(finish, dtype=np.float64)))
+        store.count[idx] = n + m
 
-    def sorted_finish(self) -> list[float]:
+    def sorted_finish(self) -> np.ndarray:
         """Finish times, ascending."""
-        ordered = self._sorted
-        if ordered is None:
-            ordered = self._sorted = sorted(self.finish)
-        return ordered
+        store, idx = self.store, self.idx
+        ensure_sorted(store.finish, store.ordered, store.is_sorted, store.count, idx)
+        return store.ordered[idx, : store.count[idx]]
 
     def kth_finish(self, k: int) -> float:
         """Time of the k-th successful result so far (inf if fewer)."""
-        if len(self.finish) < k:
-            return float("inf")
-        return self.sorted_finish()[k - 1]
+        store = self.store
+        return kth_finish(  # type: ignore[no-any-return]
+            store.finish, store.ordered, store.is_sorted, store.count, self.idx, k
+        )
 
-    def arrived_by(
-        self, t: float
-    ) -> tuple[int, list[int] | np.ndarray, list[float] | np.ndarray, int]:
+    def arrived_by(self, t: float) -> tuple[int, np.ndarray, np.ndarray, int]:
         """Results that arrived by ``t``: their number, their tiers and response times in
         arrival order (empty without ``detail``), and the number that arrived later
         (stragglers)."""
-        finish = self.finish
-        n = len(finish)
-        arrived = bisect_right(self.sorted_finish(), t)
-        if not self.detail:
-            return arrived, [], [], n - arrived
-        # Results are added in check-in order, so a stable sort by finish time breaks
-        # ties by check-in (numpy's stable sort orders as Python's does; it pays for
-        # itself past a few dozen results).
-        if n > 64:
-            kept_a = np.argsort(np.array(finish), kind="stable")[:arrived]
-            tiers_a = np.array(self.tiers, dtype=np.int64)[kept_a]
-            resp_a = np.array(self.resp, dtype=np.float64)[kept_a]
-            return arrived, tiers_a, resp_a, n - arrived
-        kept = sorted(range(n), key=finish.__getitem__)[:arrived]
-        tiers = list(map(self.tiers.__getitem__, kept))
-        resp = list(map(self.resp.__getitem__, kept))
-        return arrived, tiers, resp, n - arrived
-
-
-def kth_of_union(a: list[float], b: list[float], k: int) -> float:
-    """The k-th smallest (1-based) value of two sorted lists together (k <= total)."""
-    lo, hi = max(0, k - len(a)), min(k, len(b))
-    while lo < hi:  # smallest count t taken from b with b[t] >= a[k - t - 1]
-        t = (lo + hi) // 2
-        if b[t] < a[k - t - 1]:
-            lo = t + 1
-        else:
-            hi = t
-    if lo == 0:
-        return a[k - 1]
-    if lo == k:
-        return b[k - 1]
-    return max(a[k - lo - 1], b[lo - 1])
+        store, idx = self.store, self.idx
+        arrived, tiers, resp = arrivals(
+            store.finish,
+            store.tiers,
+            store.resp,
+            store.ordered,
+            store.is_sorted,
+            store.count,
+            idx,
+            t,
+            self.detail,
+        )
+        return arrived, tiers, resp, int(store.count[idx]) - arrived
 
 
 @dataclass
