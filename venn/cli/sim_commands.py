@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from venn.core.registry import POLICIES
-from venn.sim.runner import SimRequest, simulate
 
 console = Console()
 
@@ -44,6 +43,9 @@ def sim(
         raise typer.BadParameter("scales must be positive")
     if mode not in ("fast", "event"):
         raise typer.BadParameter("mode must be fast or event", param_hint="--mode")
+    # Imported here: the simulator loads numba, which every other command can do without.
+    from venn.sim.runner import SimRequest, simulate
+
     req = SimRequest(
         workload,
         policy,
