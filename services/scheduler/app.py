@@ -368,14 +368,18 @@ def create_app(
         consumer = app.consumer
         now = time.monotonic()
         assigned = consumer.assignment()
-        stalls.forget_all_but({(tp.topic, tp.partition) for tp in assigned})
+        # Nothing is read while the broker is away: that is an outage (/healthz says so),
+        # not a stall; the watch starts afresh once the broker is back.
+        stalls.forget_all_but(
+            {(tp.topic, tp.partition) for tp in assigned} if watch.available else set()
+        )
         for tp in assigned:
             # Faust keeps the offset of the last record it read per partition.
             position = consumer._read_offset.get(tp)  # type: ignore[attr-defined]
             with contextlib.suppress(Exception):
                 behind = consumer.highwater(tp) - (position + 1 if position is not None else 0)
                 metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, behind))
-                if tp.topic in inputs:
+                if tp.topic in inputs and watch.available:
                     stalls.observe(tp.topic, tp.partition, position, behind, now)
         stalled = stalls.stalled(now)
         metrics.STALLED.set(len(stalled))
