@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -167,7 +167,20 @@ class JobsApi:
             token=self._event_token(job_id, subject),
         )
         await self._publish(event)
+        await self._seen(lambda: self._registered(job_id))
         return _json(self._accepted(job_id, subject, created=True), 201)
+
+    def _registered(self, job_id: str) -> bool:
+        life = self.gw.view.book.jobs.get(job_id)
+        return life is not None and life.registered is not None
+
+    async def _seen(self, done: Callable[[], bool]) -> None:
+        """Wait (at most the answer bound) until this gateway's own view of venn.jobs shows
+        what it just published, so that the caller's next read finds it: a job submitted and
+        then looked up at once got 404 (schemathesis, stateful phase)."""
+        deadline = time.monotonic() + self.gw.config.wait_s
+        while not done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     def _accepted(self, job_id: str, subject: str, created: bool) -> Json:
         return {
@@ -190,6 +203,7 @@ class JobsApi:
             token=self._event_token(job_id, subject),
         )
         await self._publish(event)
+        await self._seen(lambda: self._life(job_id).ended)
         return _json({"job_id": job_id, "state": "cancelling"}, 202)
 
 
