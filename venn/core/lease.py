@@ -41,6 +41,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import msgspec
+
 
 @dataclass(frozen=True)
 class Grant:
@@ -100,6 +102,42 @@ class Recall:
 
 
 Message = Grant | Report | Offer | Answer | Recall
+
+ROW_VERSION = 1
+
+
+class OwnedRoundRow(msgspec.Struct, kw_only=True, frozen=True):
+    """The owner's lease book of one job's open round, as stored in a table."""
+
+    version: int = ROW_VERSION
+    job_id: str
+    round_index: int
+    demand: int
+    granted: list[int]
+    used: list[int]
+    last: list[int]
+    released: list[int]
+    accepted: list[int]
+    recalled: list[int]
+    answers: list[list[int]]  # [partition, offer, accepted 0/1]
+    tail: bool
+
+
+class LeaseRow(msgspec.Struct, kw_only=True, frozen=True):
+    """One partition's lease of one job's newest round, as stored in a table."""
+
+    version: int = ROW_VERSION
+    job_id: str
+    round_index: int
+    partition: int
+    granted: int
+    used: int
+    released: int
+    accepted: int
+    offers: int
+    pending: list[int]
+    last: int
+    reported: bool
 
 
 @dataclass(frozen=True)
@@ -262,6 +300,47 @@ class LeaseBook:
         rnd.last[part] = amount
         return Grant(job_id, rnd.round_index, part, rnd.granted[part])
 
+    def export(self, job_id: str) -> OwnedRoundRow | None:
+        """The job's open round as leased, for a table row (None if not leased)."""
+        rnd = self._rounds.get(job_id)
+        if rnd is None:
+            return None
+        return OwnedRoundRow(
+            job_id=job_id,
+            round_index=rnd.round_index,
+            demand=rnd.demand,
+            granted=list(rnd.granted),
+            used=list(rnd.used),
+            last=list(rnd.last),
+            released=list(rnd.released),
+            accepted=list(rnd.accepted),
+            recalled=list(rnd.recalled),
+            answers=sorted([p, o, a] for (p, o), a in rnd.answers.items()),
+            tail=rnd.tail,
+        )
+
+    def restore(self, row: OwnedRoundRow) -> None:
+        """Take back a round exported by ``export`` (a newer round already here wins)."""
+        p = self.rule.partitions
+        lists = (row.granted, row.used, row.last, row.released, row.accepted, row.recalled)
+        if row.version != ROW_VERSION or any(len(x) != p for x in lists):
+            raise ValueError(f"a lease row of {row.job_id!r} for another rule or version")
+        cur = self._rounds.get(row.job_id)
+        if cur is not None and cur.round_index >= row.round_index:
+            return
+        self._rounds[row.job_id] = _OwnedRound(
+            row.round_index,
+            row.demand,
+            granted=list(row.granted),
+            used=list(row.used),
+            last=list(row.last),
+            released=list(row.released),
+            accepted=list(row.accepted),
+            recalled=list(row.recalled),
+            answers={(int(q), int(o)): bool(a) for q, o, a in row.answers},
+            tail=row.tail,
+        )
+
     def granted(self, job_id: str, round_index: int) -> tuple[int, ...]:
         """Each partition's granted total for the round (empty if not leased)."""
         rnd = self._rounds.get(job_id)
@@ -297,6 +376,48 @@ class PartitionLeases:
     partition: int
     rule: LeaseRule
     _leases: dict[str, _Lease] = field(default_factory=dict)
+
+    def export(self, job_id: str) -> LeaseRow | None:
+        """The partition's lease of the job's newest round, for a table row."""
+        lease = self._leases.get(job_id)
+        if lease is None:
+            return None
+        return LeaseRow(
+            job_id=job_id,
+            round_index=lease.round_index,
+            partition=self.partition,
+            granted=lease.granted,
+            used=lease.used,
+            released=lease.released,
+            accepted=lease.accepted,
+            offers=lease.offers,
+            pending=sorted(lease.pending),
+            last=lease.last,
+            reported=lease.reported,
+        )
+
+    def restore(self, row: LeaseRow) -> None:
+        """Take back a lease exported by ``export`` (a newer round already here wins)."""
+        if row.version != ROW_VERSION or row.partition != self.partition:
+            raise ValueError(f"a lease row of partition {row.partition} at {self.partition}")
+        cur = self._leases.get(row.job_id)
+        if cur is not None and cur.round_index >= row.round_index:
+            return
+        self._leases[row.job_id] = _Lease(
+            row.round_index,
+            row.granted,
+            row.used,
+            row.released,
+            row.accepted,
+            row.offers,
+            set(row.pending),
+            row.last,
+            row.reported,
+        )
+
+    def forget(self, job_id: str) -> None:
+        """Drop the job's lease (the job ended)."""
+        self._leases.pop(job_id, None)
 
     def on_grant(self, grant: Grant) -> None:
         """Apply a grant (a duplicate or an older one changes nothing)."""
@@ -432,9 +553,11 @@ __all__ = [
     "Answer",
     "Grant",
     "LeaseBook",
+    "LeaseRow",
     "LeaseRule",
     "Message",
     "Offer",
+    "OwnedRoundRow",
     "PartitionLeases",
     "Recall",
     "Report",

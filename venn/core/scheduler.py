@@ -262,6 +262,15 @@ class Scheduler:
                 self.open.touch(idx)
 
     # -- check-ins -------------------------------------------------------------------
+    def round_of(self, idx: int) -> tuple[str, int]:
+        """Job idx -> (job id, its current round)."""
+        js = self.by_idx[idx]
+        return js.spec.job_id, js.round_index
+
+    def replan(self) -> None:
+        """Recompute the plan at the next table (a device signature first seen)."""
+        self._mark(replan=True)
+
     def slot_of(self, attrs: Mapping[str, float]) -> int:
         return self.index.slot_for_attrs(attrs)
 

@@ -1,0 +1,292 @@
+"""Check-in partitions deciding with leases: at most D assignments per round and at most
+one live assignment per device, however check-ins, grants, reports, offers, answers,
+recalls and releases interleave, repeat or replay, and when partitions or the owner
+restart from the rows they wrote (before their outputs went out)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from venn.core import make_scheduler
+from venn.core.lease import Answer, Grant, LeaseBook, LeaseRule, Message, Offer, Recall, Report
+from venn.core.model import JobSpec, Requirement
+from venn.core.partition import (
+    Checkin,
+    CheckinPartition,
+    Decided,
+    PartitionRow,
+    decode_row,
+    encode_row,
+    pick_leased,
+)
+from venn.core.scheduler import Scheduler
+
+NOW = 1000.0
+DEVICES = 24
+
+
+def new_core(policy: str = "fifo") -> Scheduler:
+    core = make_scheduler(policy, track_devices=False)
+    core.ranked = True
+    return core
+
+
+class Fleet:
+    """P partitions, their owner's lease book, and every message ever sent (delivering
+    one leaves it on the wire: it may come again, in any order). Each partition decides
+    with a core of its own, as a worker does with its replica of the jobs: it counts its
+    own assignments only, and a restarted one sees each open round's whole demand."""
+
+    def __init__(self, partitions: int, demands: list[int], backstop: bool = True) -> None:
+        self.rule = LeaseRule(partitions, backstop=backstop)
+        self.book = LeaseBook(self.rule)
+        self.parts = [CheckinPartition(q, self.rule) for q in range(partitions)]
+        self.stored: list[dict[str, bytes]] = [{} for _ in range(partitions)]
+        self.wire: list[Message] = []
+        self.demands = demands
+        self.rnd = 0
+        self.assigned: dict[int, int] = defaultdict(int)  # by round
+        self.live: dict[str, tuple[str, int]] = {}  # device -> its live assignment
+        self.cores = [self.new_core() for _ in range(partitions)]
+        self.wire.extend(self.book.open_round("a", 0, demands[0]))
+
+    def new_core(self) -> Scheduler:
+        core = new_core()
+        for job in ("a", "b"):
+            spec = JobSpec(job, Requirement.of({}), max(self.demands), len(self.demands), 60.0)
+            core.add_job(spec, NOW)
+        core.request_round("a", self.rnd, NOW, self.demands[self.rnd])
+        return core
+
+    def part_of(self, device: str) -> int:
+        return int(device.removeprefix("d")) % len(self.parts)
+
+    def apply(self, q: int, out: Decided) -> None:
+        """Write the touched rows, then let the outputs go (the order a worker keeps)."""
+        for job_id in out.touched:
+            row = self.parts[q].row(job_id)
+            if row is None:
+                self.stored[q].pop(job_id, None)
+            else:
+                self.stored[q][job_id] = encode_row(row)
+        self.wire.extend(out.offers)
+        self.wire.extend(out.reports)
+        for a in out.assigned:
+            assert a.job_id == "a"
+            self.assigned[a.round_index] += 1
+            live = self.live.get(a.device_id)
+            js = self.cores[q].jobs[a.job_id]
+            if live is not None and live == (a.job_id, js.round_index) and js.round_open:
+                raise AssertionError(f"{a.device_id} got a second live assignment")
+            self.live[a.device_id] = (a.job_id, a.round_index)
+
+    def checkin(self, device: str, serial: int) -> None:
+        q = self.part_of(device)
+        core = self.cores[q]
+        c = Checkin(f"c{serial}", device, core.slot_of({}), 0)
+        self.apply(q, self.parts[q].decide(core, [c], NOW))
+
+    def deliver(self, msg: Message) -> None:
+        if isinstance(msg, Report):
+            self.wire.extend(self.book.on_report(msg))
+        elif isinstance(msg, Offer):
+            self.wire.extend(self.book.on_offer(msg))
+        else:
+            q = msg.partition
+            part = self.parts[q]
+            if isinstance(msg, Grant):
+                self.apply(q, part.on_grant(msg))
+            elif isinstance(msg, Recall):
+                self.apply(q, part.on_recall(msg))
+            else:
+                self.apply(q, part.on_answer(self.cores[q], msg, NOW))
+
+    def drain(self) -> None:
+        """Deliver every message on the wire once, in order, and those sent meanwhile."""
+        sent, self.wire = self.wire, []
+        k = 0
+        while k < len(sent) + len(self.wire):
+            if k >= len(sent):
+                sent, self.wire = sent + self.wire, []
+            self.deliver(sent[k])
+            k += 1
+        self.wire = sent + self.wire
+
+    def release(self, device: str) -> None:
+        """The device's result came: the owner relays the release to its partition."""
+        live = self.live.get(device)
+        if live is None:
+            return
+        q = self.part_of(device)
+        if self.parts[q].release(device, *live):
+            self.apply(q, Decided(touched={live[0]}))
+        del self.live[device]
+
+    def restart(self, q: int) -> None:
+        """Partition q starts afresh from the rows it wrote (a crash, or a move)."""
+        part = self.parts[q] = CheckinPartition(q, self.rule)
+        self.cores[q] = self.new_core()
+        for raw in self.stored[q].values():
+            part.restore(decode_row(raw))
+
+    def restart_owner(self) -> None:
+        """The owner starts afresh from the row of the open round it wrote."""
+        row = self.book.export("a")
+        self.book = LeaseBook(self.rule)
+        if row is not None:
+            self.book.restore(row)
+
+    def next_round(self) -> None:
+        if self.rnd + 1 >= len(self.demands):
+            return
+        for core in self.cores:
+            core.close_round("a", self.rnd, NOW, True)
+        self.book.close_round("a", self.rnd)
+        self.rnd += 1
+        self.live = {d: h for d, h in self.live.items() if h[1] == self.rnd}
+        for core in self.cores:
+            core.request_round("a", self.rnd, NOW, self.demands[self.rnd])
+        self.wire.extend(self.book.open_round("a", self.rnd, self.demands[self.rnd]))
+
+
+@settings(max_examples=250, deadline=None)
+@given(
+    partitions=st.integers(1, 6),
+    demands=st.lists(st.integers(0, 30), min_size=1, max_size=3),
+    backstop=st.booleans(),
+    ops=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 10**6)), min_size=100, max_size=400),
+)
+def test_at_most_demand_and_one_live_assignment_per_device(
+    partitions: int, demands: list[int], backstop: bool, ops: list[tuple[int, int]]
+) -> None:
+    fleet = Fleet(partitions, demands, backstop)
+    for serial, (kind, pick) in enumerate(ops):
+        device = f"d{pick % DEVICES}"
+        if kind <= 3:
+            fleet.checkin(device, serial)
+        elif kind <= 6 and fleet.wire:
+            fleet.deliver(fleet.wire[pick % len(fleet.wire)])
+        elif kind == 7:
+            fleet.release(device)
+        elif kind == 8:
+            fleet.restart(pick % partitions)
+        elif kind == 9:
+            fleet.drain()
+        elif kind == 10:
+            fleet.restart_owner()
+        elif pick % 5 == 0:
+            fleet.next_round()
+        for r, n in fleet.assigned.items():
+            assert n <= demands[r], f"round {r}: {n} assignments for a demand of {demands[r]}"
+        assert fleet.book.committed("a", fleet.rnd) <= demands[fleet.rnd]
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 12])
+def test_a_round_fills_to_its_demand(partitions: int) -> None:
+    """Every partition sees devices in turn and every message is delivered once: the
+    round gets exactly D assignments, each device at most one."""
+    fleet = Fleet(partitions, [20])
+    serial = 0
+    for _ in range(10):
+        fleet.drain()
+        fleet.wire.clear()
+        for d in range(DEVICES):
+            fleet.checkin(f"d{d}", serial)
+            serial += 1
+    fleet.drain()
+    assert fleet.assigned[0] == 20
+    assert len(fleet.live) == 20
+
+
+def test_a_held_device_is_declined_until_released() -> None:
+    fleet = Fleet(1, [5])
+    fleet.deliver(fleet.wire.pop(0))  # the one partition's grant: floor(5/2) = 2
+    part = fleet.parts[0]
+    first = part.decide(fleet.cores[0], [Checkin("c1", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
+    assert [a.device_id for a in first.assigned] == ["d0"]
+    again = part.decide(fleet.cores[0], [Checkin("c2", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
+    assert again.declined == ["c2"] and not again.assigned
+    assert part.release("d0", "a", 0)
+    third = part.decide(fleet.cores[0], [Checkin("c3", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
+    assert [a.device_id for a in third.assigned] == ["d0"]
+
+
+def test_a_hold_ends_with_its_round() -> None:
+    fleet = Fleet(1, [4, 4])
+    fleet.deliver(fleet.wire.pop(0))
+    part = fleet.parts[0]
+    part.decide(fleet.cores[0], [Checkin("c1", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
+    assert part.busy(fleet.cores[0], "d0")
+    fleet.next_round()
+    assert not part.busy(fleet.cores[0], "d0")
+
+
+def test_an_offered_device_waits_for_the_answer_and_survives_a_restart() -> None:
+    """No quota (D < 2P): the device is offered; the partition restarts from its rows
+    before the answer comes; the accepted answer still assigns the held device."""
+    fleet = Fleet(3, [2])
+    assert fleet.wire == []  # floor(2 / 6) = 0: everything in the reserve
+    part = fleet.parts[1]
+    core = fleet.cores[1]
+    out = part.decide(core, [Checkin("c1", "d1", core.slot_of({}), 0, 50.0, 9e3)], NOW)
+    fleet.apply(1, out)
+    assert out.held == ["c1"] and len(out.offers) == 1
+    fleet.restart(1)
+    assert fleet.parts[1].busy(fleet.cores[1], "d1")
+    offer = fleet.wire.pop(0)
+    assert isinstance(offer, Offer)
+    (answer,) = fleet.book.on_offer(offer)
+    assert isinstance(answer, Answer) and answer.accepted
+    done = fleet.parts[1].on_answer(fleet.cores[1], answer, NOW)
+    assert [(a.device_id, a.checkin_id, a.speed_ms_per_sample) for a in done.assigned] == [
+        ("d1", "c1", 50.0)
+    ]
+    # A second copy of the answer assigns nothing more.
+    assert not fleet.parts[1].on_answer(fleet.cores[1], answer, NOW).assigned
+
+
+def test_rows_round_trip() -> None:
+    fleet = Fleet(2, [10])
+    while fleet.wire:
+        fleet.deliver(fleet.wire.pop(0))
+    for d in range(4):
+        fleet.checkin(f"d{d}", d)
+    for q, part in enumerate(fleet.parts):
+        row = part.row("a")
+        assert row is not None
+        again = decode_row(encode_row(row))
+        assert again == row and isinstance(again, PartitionRow)
+        other = CheckinPartition(q, fleet.rule)
+        other.restore(again)
+        assert other.row("a") == row
+
+
+def test_pick_leased_prefers_quota_then_offers_the_head() -> None:
+    quota = {1: 0, 2: 3, 3: 1}.__getitem__
+    assert pick_leased([2, 3], quota, lambda j: 1, False, 0.0, True) == (2, False)
+    assert pick_leased([1, 2], quota, lambda j: 1, False, 0.0, True) == (1, True)
+    assert pick_leased([1, 2], quota, lambda j: 0, False, 0.0, True) == (2, False)
+    assert pick_leased([1, 2], quota, lambda j: 1, False, 0.0, False) == (2, False)
+    assert pick_leased([1], quota, lambda j: 0, False, 0.0, True) == (-1, False)
+    # uniform: among those with quota, never an offer
+    assert pick_leased([1, 2, 3], quota, lambda j: 1, True, 0.99, True) == (3, False)
+
+
+def test_a_restarted_partition_keeps_the_quota_it_used() -> None:
+    """Two devices take the partition's whole grant; it restarts from its rows; the
+    round still gets exactly D: the rest only on offers out of the owner's reserve."""
+    fleet = Fleet(1, [4])
+    fleet.drain()
+    for d in range(2):
+        fleet.checkin(f"d{d}", d)
+    assert fleet.assigned[0] == 2
+    fleet.restart(0)
+    assert fleet.parts[0].busy(fleet.cores[0], "d0") and fleet.parts[0].busy(fleet.cores[0], "d1")
+    for d in range(2, 8):
+        fleet.checkin(f"d{d}", d)
+        fleet.drain()
+    assert fleet.assigned[0] == 4
