@@ -24,6 +24,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from venn import events as ev
+from venn.broker.follow import stop_reader
 
 WAIT_S = 20.0
 
@@ -81,14 +82,8 @@ class EventRecorder:
         return self
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        await stop_reader(self._task, self._consumer)
+        self._task, self._consumer = None, None
 
     async def __aenter__(self) -> EventRecorder:
         return await self.start()
