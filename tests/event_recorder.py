@@ -25,17 +25,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from venn import events as ev
 from venn.broker.follow import stop_reader
+from venn.broker.stream import KafkaRecords, Record
 
 WAIT_S = 20.0
 
 
 @dataclass(frozen=True, slots=True)
-class Recorded:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+class Recorded(Record):
     event: ev.Event | None
     """None when the value is not an event this topic may carry."""
     seen_at: float
@@ -92,19 +88,18 @@ class EventRecorder:
         await self.stop()
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
+        source = KafkaRecords(consumer)
         while True:
-            batches = await consumer.getmany(timeout_ms=200)
+            records = await source.fetch(timeout_ms=200, max_records=10_000)
             now = time.time()
-            for tp, messages in batches.items():
-                allowed = allowed_on(tp.topic)
-                for m in messages:
-                    try:
-                        event: ev.Event | None = ev.decode(m.value, allowed, self.max_bytes)
-                    except ev.InvalidEvent:
-                        event = None
-                    self.records.append(
-                        Recorded(tp.topic, tp.partition, m.offset, m.key, m.value, event, now)
-                    )
+            for r in records:
+                try:
+                    event: ev.Event | None = ev.decode(r.value, allowed_on(r.topic), self.max_bytes)
+                except ev.InvalidEvent:
+                    event = None
+                self.records.append(
+                    Recorded(r.topic, r.partition, r.offset, r.key, r.value, event, now)
+                )
 
     # -- what was published ------------------------------------------------------------
     def on(
