@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from tests.event_recorder import EventRecorder, Published  # noqa: E402
 
 MACHINE_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
@@ -156,3 +158,23 @@ def partitions(broker: str) -> int:
 def unique() -> str:
     """A short unique token for topic prefixes, group ids, job ids."""
     return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+async def published(broker: str) -> AsyncIterator[Published]:
+    """Records every event published on the topics you name, from the moment you name
+    them: ``recorder = await published(topics.JOBS, topics.ROUNDS)``, then
+    ``recorder.wait_for(...)``, ``recorder.expect(topic, events, where)`` (see
+    tests/event_recorder.py). Stopped at the end of the test."""
+    started: list[EventRecorder] = []
+
+    async def record(*names: str) -> EventRecorder:
+        recorder = await EventRecorder(broker, names).start()
+        started.append(recorder)
+        return recorder
+
+    try:
+        yield record
+    finally:
+        for recorder in started:
+            await recorder.stop()

@@ -28,7 +28,8 @@ from venn import events
 from venn.auth.local import issuer
 from venn.broker import topics
 from venn.broker.publish import KafkaEvents
-from venn.events import Assignment, AssignmentBatch, DeviceCheckin, DeviceResult
+from venn.broker.stream import EventStream, KafkaRecords, owned_by
+from venn.events import Assignment, DeviceCheckin, DeviceResult
 from venn.sdk.clock import TraceClock
 from venn.settings import Settings
 from venn.traces.checkins import (
@@ -62,6 +63,7 @@ class FleetStats:
     refused: int = 0  # assignments to a device already serving its check-in's task
     unknown: int = 0  # assignments to devices this fleet has no open check-in for
     http_errors: int = 0  # check-ins or uploads the gateway did not answer (HTTP mode)
+    invalid: int = 0  # assignment records it could not use, skipped (their owner dead-letters)
     trace_time: float = 0.0
 
 
@@ -233,17 +235,22 @@ class DeviceFleet:
             fut.add_done_callback(self._on_sent)
 
     async def _consume_assignments(self, consumer: AIOKafkaConsumer) -> None:
+        assert self._producer is not None
+        # The scheduler owns venn.assignments' dead letters: a bad record is skipped and
+        # counted here.
+        stream = EventStream(
+            KafkaRecords(consumer), KafkaEvents(self._producer), owned_by("devices")
+        )
         while True:
-            batches = await consumer.getmany(timeout_ms=200, max_records=5000)
+            batch = await stream.read(timeout_ms=200, max_records=5000)
             now = self.clock.now()
-            for records in batches.values():
-                for record in records:
-                    try:
-                        event = events.decode(record.value, (Assignment, AssignmentBatch))
-                    except events.InvalidEvent:
-                        continue  # the coordinators' clients dead-letter it
-                    for assignment in events.assignments_of(event):
-                        self.on_assignment(assignment, now)
+
+            def assign(event: events.Event, now: float = now) -> None:
+                for assignment in events.assignments_of(event):
+                    self.on_assignment(assignment, now)
+
+            await stream.apply(batch, assign)
+            self.stats.invalid = stream.stats.bad_records
 
     # -- main loop -------------------------------------------------------------------
 

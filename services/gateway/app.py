@@ -55,7 +55,8 @@ from venn import events as ev
 from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
-from venn.broker.publish import KafkaEvents, publish_dead_letter
+from venn.broker.publish import KafkaEvents
+from venn.broker.stream import EventStream, KafkaRecords, Record, StreamStats, owned_by
 from venn.broker.topics import ensure_topics
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
 from venn.settings import Settings
@@ -81,6 +82,8 @@ DECLINED = "declined"
 """A pending check-in's answer when the scheduler declined it (CheckinsDeclined)."""
 
 Json = dict[str, Any]
+_ANSWERS = (topics.ASSIGNMENTS, topics.REPLIES)
+_GATEWAY_OWNS = owned_by("gateway")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0)
 _encode = msgspec.json.Encoder().encode
 
@@ -109,6 +112,14 @@ class GatewayStats:
     """A late assignment released with a failed DeviceResult."""
     internal_errors: int = 0
     bad_records: int = 0
+    """Records read that could not be used: dead-lettered here when addressed to this
+    gateway (`venn.broker.stream`), else skipped and counted in `skipped_records`."""
+    skipped_records: dict[str, int] = field(default_factory=dict, metadata=labelled("kind"))
+    """Bad records left to their owner (topics.DEAD_LETTER_OWNER), by InvalidEvent kind."""
+    handler_errors: int = 0
+    """Answers, job or round events whose handling failed (logged; a bad record then)."""
+    dead_letters_unsent: int = 0
+    """Dead letters the broker did not take."""
     broker_down: int = 0
     refused_results: int = 0
     """Results from a device the round did not assign (403)."""
@@ -116,7 +127,6 @@ class GatewayStats:
     """Requests without a valid token (401) or with one that does not allow them (403)."""
     enrolled: int = 0
     """Requests refused at once because the broker was unavailable."""
-    """Malformed records read (dead-lettered here only when addressed to this gateway)."""
     dead_letter_reasons: dict[str, int] = field(default_factory=dict, metadata=labelled("reason"))
     """Dead letters this gateway published, by InvalidEvent kind."""
     consumer_lag: dict[tuple[str, str], int] = field(
@@ -153,6 +163,7 @@ class Gateway:
         self.answered: OrderedDict[str, None] = OrderedDict()
         self.producer: AIOKafkaProducer | None = None
         self.consumer: AIOKafkaConsumer | None = None
+        self.stream: EventStream | None = None
         self.batcher: CheckinBatcher | None = None
         self._task: asyncio.Task[None] | None = None
         self._lag_task: asyncio.Task[None] | None = None
@@ -201,6 +212,15 @@ class Gateway:
             **s.kafka_options,
         )
         await self.producer.start()
+        self.stream = EventStream(
+            KafkaRecords(self.consumer),
+            KafkaEvents(self.producer),
+            self._owns,
+            max_bytes=s.max_event_bytes,
+            stats=StreamStats(
+                skipped=self.stats.skipped_records, dead_letters=self.stats.dead_letter_reasons
+            ),
+        )
         self.batcher = CheckinBatcher(
             self.producer,
             counts[topics.CHECKINS],
@@ -216,11 +236,7 @@ class Gateway:
                 for t in (topics.JOBS, topics.ROUNDS, topics.REVOCATIONS)
                 for p in range(counts[t])
             ]
-            answers = [
-                TopicPartition(t, p)
-                for t in (topics.ASSIGNMENTS, topics.REPLIES)
-                for p in range(counts[t])
-            ]
+            answers = [TopicPartition(t, p) for t in _ANSWERS for p in range(counts[t])]
             self.consumer.assign([*answers, *follow])
             await self._seek_recent(answers)
             await self.consumer.seek_to_beginning(*follow)
@@ -286,62 +302,36 @@ class Gateway:
         return deadline if deadline - now >= min(MIN_WAIT_S, self.config.wait_s / 2) else None
 
     # -- the assignments/jobs/rounds consumer ------------------------------------------
-    async def _dead_letter(
-        self, raw: bytes | None, reason: str, tp: TopicPartition, offset: int
-    ) -> None:
-        try:
-            assert self.producer is not None
-            await publish_dead_letter(
-                KafkaEvents(self.producer), raw, reason, tp.topic, tp.partition, offset
-            )
-        except Exception:  # a dead letter must not stop the answers
-            self.stats.kafka_errors += 1
-            log.exception("could not dead-letter %s@%d", tp, offset)
+    def _owns(self, record: Record) -> bool:
+        """Replies are the gateway's to dead-letter, each by the gateway it is addressed
+        to; everything else read here has another owner."""
+        return _GATEWAY_OWNS(record) and record.key == self.id.encode()
+
+    def _apply(self, event: ev.Event) -> None:
+        if isinstance(event, ev.CheckinsDeclined):
+            self._on_declined(event)
+        elif isinstance(event, ev.TokenRevoked):
+            if self.tokens is not None:
+                self.tokens.revocations.revoke(event.token_id, event.expires_at)
+        else:
+            for assignment in ev.assignments_of(event):
+                self._on_assignment(assignment)
+            self.view.apply(event)
 
     async def _consume(self, follow: set[TopicPartition], ends: dict[TopicPartition, int]) -> None:
-        consumer = self.consumer
-        assert consumer is not None
-        max_bytes = self.settings.max_event_bytes
+        consumer, stream = self.consumer, self.stream
+        assert consumer is not None and stream is not None
         lag_due = 0.0
         while True:
-            try:
-                batches = await consumer.getmany(timeout_ms=200, max_records=5000)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("assignments consumer failed; retrying")
-                await asyncio.sleep(0.5)
-                continue
+            batch = await stream.read(timeout_ms=200, max_records=5000)
             if time.monotonic() >= lag_due:
                 lag_due = time.monotonic() + 1.0
                 self.stats.consumer_lag = await consumer_lag(consumer)
-            followed = False
-            for tp, messages in batches.items():
-                allowed = ev.ALLOWED_ON[tp.topic]
-                is_answer = tp.topic in (topics.ASSIGNMENTS, topics.REPLIES)
-                followed = followed or not is_answer
-                for m in messages:
-                    try:
-                        event = ev.decode(m.value, allowed, max_bytes)
-                    except ev.InvalidEvent as exc:
-                        self.stats.bad_records += 1
-                        if tp.topic == topics.REPLIES and m.key == self.id.encode():
-                            # Replies addressed to this gateway are its own to dead-letter;
-                            # everything else read here has another owner.
-                            reasons = self.stats.dead_letter_reasons
-                            reasons[exc.kind] = reasons.get(exc.kind, 0) + 1
-                            await self._dead_letter(m.value, exc.reason, tp, m.offset)
-                        continue
-                    if isinstance(event, ev.CheckinsDeclined):
-                        self._on_declined(event)
-                        continue
-                    if isinstance(event, ev.TokenRevoked):
-                        if self.tokens is not None:
-                            self.tokens.revocations.revoke(event.token_id, event.expires_at)
-                        continue
-                    for assignment in ev.assignments_of(event):
-                        self._on_assignment(assignment)
-                    self.view.apply(event)
+            await stream.apply(batch, self._apply)
+            self.stats.bad_records = stream.stats.bad_records
+            self.stats.handler_errors = stream.stats.internal_errors
+            self.stats.dead_letters_unsent = stream.stats.unsent
+            followed = any(r.topic not in _ANSWERS for r in batch.records)
             if not self.view_ready and not followed:
                 # Caught up once a fetch brings nothing new from venn.jobs/venn.rounds past
                 # the end offsets seen at start (Tansu's end offsets can be short, hence

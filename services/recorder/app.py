@@ -4,11 +4,12 @@ Delivery is at least once: offsets are committed only after the batch is in the 
 (and its dead letters are acknowledged by the broker), and every write is idempotent, so a
 crash between the two only replays events that are then ignored.
 
-Malformed records on these topics are the scheduler's to dead-letter (it owns both inputs,
+Records are read as `venn.broker.stream` reads them, under its one dead-letter policy:
+malformed records on these topics are the scheduler's to dead-letter (it owns both inputs,
 `venn.broker.topics.DEAD_LETTER_OWNER`); the recorder skips and counts them. What it
-dead-letters is its own finding: a valid event the database refuses (a constraint, a value
-it cannot hold). Such an event never blocks the ones after it; a database that cannot be
-reached is retried with backoff until it answers.
+dead-letters is its own finding (`stream.Refused`): a valid event the database refuses (a
+constraint, a value it cannot hold). Such an event never blocks the ones after it; a
+database that cannot be reached is retried with backoff until it answers.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
@@ -29,19 +30,27 @@ from venn.audit.writes import conflicting_closes, history_row, record_history
 from venn.auth import AuthError, Tokens, check_job_event
 from venn.auth.revocations import follow_revocations
 from venn.broker import topics
-from venn.broker.publish import dead_letter, message
+from venn.broker.publish import KafkaEvents
+from venn.broker.stream import (
+    UNAUTHORIZED,
+    Delivered,
+    EventStream,
+    KafkaRecords,
+    Record,
+    StreamStats,
+    Unusable,
+    owned_by,
+)
 from venn.broker.topics import ensure_topics
 from venn.events import (
     ALLOWED_ON,
     Event,
-    InvalidEvent,
     JobCancelled,
     JobExpired,
     JobFinished,
     JobRegistered,
     RoundClosed,
     RoundRequested,
-    decode,
 )
 from venn.metrics import consumer_lag, labelled
 from venn.settings import Settings
@@ -92,44 +101,21 @@ class RecorderStats:
     """(topic, partition) -> records not read yet (high watermark - position)."""
 
 
-Record: TypeAlias = ConsumerRecord[bytes, bytes]
+REFUSED_BY_DATABASE = "refused_by_database"
+CONFLICTING_CLOSE = "conflicting_close"
 
 
-@dataclass(slots=True)
-class _Batch:
-    items: list[tuple[Record, Event]] = field(default_factory=list)
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+def authorized(tokens: Tokens | None) -> Callable[[Event], None]:
+    """The token check of a job's events: one without a valid token for its job is never
+    audited (issue 12, defect 4); the scheduler, which owns these topics, dead-letters it."""
 
-    @property
-    def events(self) -> list[Event]:
-        return [event for _, event in self.items]
+    def check(event: Event) -> None:
+        try:
+            check_job_event(tokens, event)
+        except AuthError as exc:
+            raise Unusable(UNAUTHORIZED, f"{UNAUTHORIZED}: {exc}") from None
 
-
-def _classify(
-    records: dict[TopicPartition, list[Record]],
-    names: RecorderTopics,
-    max_bytes: int,
-    stats: RecorderStats,
-    tokens: Tokens | None,
-) -> _Batch:
-    batch = _Batch()
-    for tp, recs in records.items():
-        for rec in recs:
-            try:
-                event = decode(rec.value, names.allowed(tp.topic), max_bytes)
-                check_job_event(tokens, event)
-            except InvalidEvent as exc:
-                stats.invalid += 1
-                log.debug("skipped %s:%d@%d: %s", rec.topic, rec.partition, rec.offset, exc)
-            except AuthError as exc:
-                # Never audited: rows for jobs nobody owns (issue 12, defect 4).
-                stats.unauthorized += 1
-                log.debug("skipped %s:%d@%d: %s", rec.topic, rec.partition, rec.offset, exc)
-            else:
-                batch.items.append((rec, event))
-        if recs:
-            batch.offsets[tp] = recs[-1].offset + 1
-    return batch
+    return check
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,44 +171,35 @@ async def _write_retrying(
 
 
 async def _record(
-    engine: Engine, batch: _Batch, stop: asyncio.Event, stats: RecorderStats
-) -> tuple[tuple[int, int], list[tuple[Record, str]]]:
+    engine: Engine, batch: Sequence[Delivered], stop: asyncio.Event, stats: RecorderStats
+) -> tuple[tuple[int, int], list[tuple[Record, str, str]]]:
     """Write the batch; if the database refuses it, write event by event. Returns what was
-    written and the events to dead-letter with why: the refused ones (so that none blocks
-    the others) and second closes of an attempt that conflict with the first."""
+    written and the records to dead-letter with why and its kind: the refused ones (so that
+    none blocks the others) and second closes of an attempt that conflict with the first."""
+    events = [item.event for item in batch]
     try:
-        written = [await _write_retrying(engine, batch.events, stop, stats)]
-        refused: list[tuple[Record, str]] = []
+        written = [await _write_retrying(engine, events, stop, stats)]
+        refused: list[tuple[Record, str, str]] = []
     except DBAPIError as exc:
         log.warning("audit batch refused (%s); writing event by event", exc.orig)
         written, refused = [], []
-        for rec, event in batch.items:
+        for item in batch:
             try:
-                written.append(await _write_retrying(engine, [event], stop, stats))
+                written.append(await _write_retrying(engine, [item.event], stop, stats))
             except DBAPIError as exc:
-                refused.append((rec, f"audit write refused by the database: {exc.orig}"))
+                reason = f"audit write refused by the database: {exc.orig}"
+                refused.append((item.record, reason, REFUSED_BY_DATABASE))
     conflicts = {k: v for w in written for k, v in w.conflicts.items()}
-    for rec, event in batch.items:
+    for item in batch:
+        event = item.event
         first = conflicts.get(event.event_id)
         if first is not None and isinstance(event, RoundClosed):
             reason = (
                 f"conflicting close of round {event.round_index} of job {event.job_id}: "
                 f"the first close ({first}) stands"
             )
-            refused.append((rec, reason))
+            refused.append((item.record, reason, CONFLICTING_CLOSE))
     return (sum(w.rounds for w in written), sum(w.jobs for w in written)), refused
-
-
-async def _send_dead_letters(
-    producer: AIOKafkaProducer, topic: str, dead: list[tuple[Record, str]]
-) -> None:
-    futures = []
-    for rec, reason in dead:
-        log.warning("dead letter %s:%d@%d: %s", rec.topic, rec.partition, rec.offset, reason)
-        letter = dead_letter(rec.value, reason, rec.topic, rec.partition, rec.offset)
-        key, value = message(topics.DEAD_LETTERS, letter)
-        futures.append(await producer.send(topic, value, key=key))
-    await asyncio.gather(*futures)
 
 
 async def run_recorder(
@@ -274,32 +251,45 @@ async def run_recorder(
         if tokens is not None
         else None
     )
+    stream = EventStream(
+        KafkaRecords(consumer),
+        KafkaEvents(producer),
+        owned_by("recorder"),
+        max_bytes=settings.max_event_bytes,
+        allowed=names.allowed,
+        check=authorized(tokens),
+        dead_letters_topic=names.dead_letters,
+        stats=StreamStats(dead_letters=stats.dead_letter_reasons),
+    )
     await producer.start()
     await consumer.start()
     try:
         while not stop_event.is_set():
-            records = await consumer.getmany(timeout_ms=300, max_records=max_records)
+            batch = await stream.read(timeout_ms=300, max_records=max_records)
             stats.consumer_lag = await consumer_lag(consumer)
-            if not records:
+            skipped = stream.stats.skipped
+            stats.unauthorized = skipped.get(UNAUTHORIZED, 0)
+            stats.invalid = sum(skipped.values()) - stats.unauthorized
+            if not batch.records:
                 continue
-            batch = _classify(records, names, settings.max_event_bytes, stats, tokens)
             try:
-                written, refused = await _record(engine, batch, stop_event, stats)
+                written, refused = await _record(engine, batch.events, stop_event, stats)
             except _Stopped:
                 break  # stopped before the write landed: leave offsets uncommitted
-            await _send_dead_letters(producer, names.dead_letters, refused)
-            await consumer.commit(batch.offsets)
-            useful = sum(1 for e in batch.events if _is_audited(e))
+            for record, reason, kind in refused:
+                await stream.refuse(record, reason, kind)
+            await stream.flush()  # the letters are stored before their records are committed
+            await consumer.commit(
+                {TopicPartition(t, p): offset for (t, p), offset in batch.next_offsets().items()}
+            )
+            useful = sum(1 for item in batch.events if _is_audited(item.event))
             stats.batches += 1
-            stats.records += sum(len(r) for r in records.values())
+            stats.records += len(batch.records)
             stats.rounds_added += written[0]
             stats.jobs_touched += written[1]
             stats.dead_letters += len(refused)
             stats.ignored += len(batch.events) - useful
-            stats.reasons.extend(reason for _, reason in refused)
-            for _, reason in refused:
-                kind = dead_letter_kind(reason)
-                stats.dead_letter_reasons[kind] = stats.dead_letter_reasons.get(kind, 0) + 1
+            stats.reasons.extend(reason for _, reason, _ in refused)
     finally:
         if revocations is not None:
             revocations.cancel()
@@ -309,11 +299,6 @@ async def run_recorder(
         await producer.stop()
         engine.dispose()
     return stats
-
-
-def dead_letter_kind(reason: str) -> str:
-    """The label of a recorder dead letter's reason (see ``_record``)."""
-    return "conflicting_close" if reason.startswith("conflicting close") else "refused_by_database"
 
 
 def _is_audited(event: Event) -> bool:

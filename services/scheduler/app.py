@@ -55,6 +55,7 @@ from venn.broker import security, topics
 from venn.broker.health import BrokerWatch
 from venn.broker.publish import dead_letter as dead_letter_of
 from venn.broker.publish import message
+from venn.broker.stream import reason_kind
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
 from venn.settings import Settings
 
@@ -72,15 +73,6 @@ def changelog_topics(settings: Settings) -> list[str]:
     """Changelog topics of the app's tables: create them (with the input topics' partition
     count) before the worker starts."""
     return [topics.changelog_topic(settings.app_id, table) for table in TABLES]
-
-
-def reason_kind(reason: str) -> str:
-    """A dead letter's reason as a small label set: an InvalidEvent kind, unauthorized,
-    rejected (a valid event that cannot be applied) or internal."""
-    head = reason.split(":", 1)[0]
-    if head in ev.InvalidEvent.KINDS or head == "unauthorized":
-        return head
-    return "internal" if head == "internal error" else "rejected"
 
 
 def faust_credentials(settings: Settings) -> faust.SASLCredentials | None:

@@ -11,9 +11,10 @@ import time
 from collections.abc import Iterator
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from services.devices import FleetStats, run_devices
+from tests.event_recorder import Published
 from venn import events
 from venn.broker import topics
 from venn.broker.topics import ensure_topics
@@ -61,21 +62,14 @@ def assignment(job: str, device: int) -> Assignment:
 
 
 async def test_checkins_results_and_failures_follow_the_trace_clock(
-    broker: str, unique: str
+    broker: str, unique: str, published: Published
 ) -> None:
     await ensure_topics(broker, 4)
     base = random.randrange(10**8, 10**9)
     job = f"fleet-{unique}"
     settings = dataclasses.replace(Settings.from_env({}), broker=broker)
 
-    watcher = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None)
-    await watcher.start()
-    parts = [TopicPartition(t, p) for t in (topics.CHECKINS, topics.RESULTS) for p in range(4)]
-    watcher.assign(parts)
-    await watcher.seek_to_end(*parts)
-    for tp in parts:
-        await watcher.position(tp)
-
+    watcher = await published(topics.CHECKINS, topics.RESULTS)
     stop = asyncio.Event()
     stats = FleetStats()
     clock = TraceClock(speedup=SPEEDUP)
@@ -90,14 +84,19 @@ async def test_checkins_results_and_failures_follow_the_trace_clock(
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and (len(checkins) < 4 or len(results) < 5):
-            for records in (await watcher.getmany(timeout_ms=100)).values():
-                for r in records:
-                    e = events.decode(r.value)
-                    for c in events.checkins_of(e):
-                        if int(c.device_id) >= base:
-                            checkins[c.device_id] = (clock.now(), c)
-                    if isinstance(e, DeviceResult) and e.job_id == job:
-                        results.append((clock.now(), e))
+            await asyncio.sleep(0.1)
+            # When each was read, on the trace clock.
+            checkins = {
+                c.device_id: (clock.trace_at(r.seen_at), c)
+                for r in watcher.on(topics.CHECKINS)
+                for c in events.checkins_of(r.event)  # type: ignore[arg-type]
+                if c.device_id.isdigit() and int(c.device_id) >= base
+            }
+            results = [
+                (clock.trace_at(r.seen_at), r.event)
+                for r in watcher.on(topics.RESULTS, lambda e: e.job_id == job)
+                if isinstance(r.event, DeviceResult)
+            ]
             ready = [d for d in map(str, range(base, base + 3)) if d in checkins]
             if len(ready) == 3 and not sent_at:
                 sent_at["first"] = clock.now()
@@ -115,7 +114,6 @@ async def test_checkins_results_and_failures_follow_the_trace_clock(
         stop.set()
         await fleet
         await producer.stop()
-        await watcher.stop()
 
     # Check-ins come out at trace time t (wall t / speedup), with the profile's attributes.
     assert set(checkins) == {str(base + i) for i in range(4)}

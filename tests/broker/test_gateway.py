@@ -7,7 +7,6 @@ device ids and its own requirement attribute (`cpu_<token>`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import re
@@ -27,10 +26,11 @@ from typing import Any
 import aiohttp
 import jsonschema
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from services.gateway import GatewayConfig, GatewayServer
 from services.scheduler.process import prepare_topics, start_worker, stop_worker
+from tests.event_recorder import EventRecorder, Published, Recorded
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import topics
@@ -43,51 +43,26 @@ READY_TIMEOUT = 90.0
 
 @dataclass
 class Tap:
-    """Producer for job events, plus a reader of venn.assignments and venn.results."""
+    """Producer for job events, plus the event recorder of venn.assignments and
+    venn.results."""
 
     bootstrap: str
     partitions: int
     producer: AIOKafkaProducer = field(init=False)
-    consumer: AIOKafkaConsumer = field(init=False)
-    assignments: list[ev.Assignment] = field(default_factory=list)
-    results: list[tuple[bytes | None, ev.DeviceResult]] = field(default_factory=list)
-    _task: asyncio.Task[None] | None = None
+    published: EventRecorder = field(init=False)
 
     async def start(self) -> None:
         self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap)
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None)
         await self.producer.start()
-        await self.consumer.start()
-        tps = [
-            TopicPartition(t, p)
-            for t in (topics.ASSIGNMENTS, topics.RESULTS)
-            for p in range(self.partitions)
-        ]
-        self.consumer.assign(tps)
-        await self.consumer.seek_to_end(*tps)
-        for tp in tps:
-            await self.consumer.position(tp)
-        self._task = asyncio.create_task(self._read())
+        topics_read = (topics.ASSIGNMENTS, topics.RESULTS)
+        self.published = await EventRecorder(self.bootstrap, topics_read).start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self.consumer.stop()
+        await self.published.stop()
         await self.producer.stop()
 
-    async def _read(self) -> None:
-        while True:
-            for tp, messages in (await self.consumer.getmany(timeout_ms=200)).items():
-                for m in messages:
-                    try:
-                        event = ev.decode(m.value, ev.ALLOWED_ON[tp.topic])
-                    except ev.InvalidEvent:
-                        continue
-                    self.assignments.extend(ev.assignments_of(event))
-                    if isinstance(event, ev.DeviceResult):
-                        self.results.append((m.key, event))
+    def results(self, where: Callable[[ev.DeviceResult], bool]) -> list[Recorded]:
+        return self.published.on(topics.RESULTS, where)
 
     async def send(self, event: ev.Event) -> None:
         await self.producer.send_and_wait(topics.JOBS, ev.encode(event), key=ev.key_of(event))
@@ -344,8 +319,8 @@ async def test_eligible_gets_assignment_ineligible_gets_retry_after(stack: Stack
     assert payload["task_url"].endswith(f"/jobs/{job_id}/rounds/0/task")
     assert took < WAIT_S
     # The scheduler's Assignment names the gateway's check-in event.
-    await wait_for(lambda: any(a.job_id == job_id for a in stack.tap.assignments))
-    (a,) = [a for a in stack.tap.assignments if a.job_id == job_id]
+    await stack.tap.published.wait_for(lambda: stack.tap.published.assignments([job_id]))
+    (a,) = stack.tap.published.assignments([job_id])
     assert a.event_id.startswith(f"asg:{payload['checkin_id']}:") and a.device_id == f"dev-{tok}"
 
     # Too weak for every open round: answered at once from the demand view.
@@ -382,14 +357,16 @@ async def test_result_upload_produces_device_result_and_releases(stack: Stack) -
         assert r.status == 202
         ack = await r.json()
     assert ack == {"accepted": True, "event_id": f"res:{job_id}:0:{device}"}
-    await wait_for(lambda: any(e.job_id == job_id for _, e in stack.tap.results))
-    ((key, result),) = [(k, e) for k, e in stack.tap.results if e.job_id == job_id]
-    assert key == job_id.encode()
-    assert (result.device_id, result.round_index, result.ok) == (device, 0, True)
-    assert result.response_time_s == 4.5 and result.event_id == ack["event_id"]
+    expected = ev.DeviceResult(
+        event_id=ack["event_id"], time=0.0, job_id=job_id, round_index=0, device_id=device,
+        ok=True, response_time_s=4.5,
+    )  # fmt: skip
+    # Exactly this result, keyed by its job (its time is the gateway's).
+    await stack.tap.published.expect(
+        topics.RESULTS, [expected], lambda e: e.job_id == job_id, ignore=("time",)
+    )
 
     # The result released the device: it can be assigned again.
-    await wait_for(lambda: any(e.event_id == ack["event_id"] for _, e in stack.tap.results))
     await assigned(stack, device, {attr: 2.0})
     await stack.tap.finish(job_id)
 
@@ -410,8 +387,14 @@ async def test_late_assignment_is_released(stack: Stack) -> None:
         status, payload, _ = await stack.checkin(device, {attr: 2.0}, url=hasty.url)
         assert (status, payload["reason"]) == (200, "no_assignment"), payload
         released = f"undelivered:asg:{payload['checkin_id']}:{job_id}:0"
-        await wait_for(lambda: any(e.event_id == released for _, e in stack.tap.results))
-        ((_, result),) = [(k, e) for k, e in stack.tap.results if e.event_id == released]
+
+        def release() -> list[Recorded]:
+            return stack.tap.results(lambda e: e.event_id == released)
+
+        await stack.tap.published.wait_for(release)
+        (record,) = release()
+        result = record.event
+        assert isinstance(result, ev.DeviceResult)
         assert (result.ok, result.device_id, result.job_id) == (False, device, job_id)
         assert hasty.gateway.stats.late_released == 1
         # Released: the scheduler assigns the device again (through the patient gateway).
@@ -505,32 +488,25 @@ async def test_a_checkin_read_after_a_stall_is_answered_at_once(stack: Stack) ->
         await slow.stop()
 
 
-async def test_checkins_go_out_in_batches_on_their_device_partition(stack: Stack) -> None:
+async def test_checkins_go_out_in_batches_on_their_device_partition(
+    stack: Stack, published: Published
+) -> None:
     tok = uuid.uuid4().hex[:8]
     devices = [f"part{i}-{tok}" for i in range(24)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=stack.settings.broker, group_id=None)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topics.CHECKINS, p) for p in range(stack.settings.topic_partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_end(*tps)
-        for tp in tps:
-            await consumer.position(tp)
-        # Concurrent check-ins within the linger time share batches.
-        answers = await asyncio.gather(*(stack.checkin(d, {f"none_{tok}": 1.0}) for d in devices))
-        assert all(status == 200 for status, _, _ in answers)
-        seen: dict[str, int] = {}
-        batches = 0
-        deadline = time.monotonic() + 20
-        while len(seen) < len(devices) and time.monotonic() < deadline:
-            for tp, records in (await consumer.getmany(timeout_ms=200)).items():
-                for r in records:
-                    event = ev.decode(r.value, ev.ALLOWED_ON[topics.CHECKINS])
-                    mine = [c for c in ev.checkins_of(event) if c.device_id.endswith(tok)]
-                    batches += bool(mine) and isinstance(event, ev.CheckinBatch)
-                    seen.update((c.device_id, tp.partition) for c in mine)
-    finally:
-        await consumer.stop()
+    checkins = await published(topics.CHECKINS)
+    # Concurrent check-ins within the linger time share batches.
+    answers = await asyncio.gather(*(stack.checkin(d, {f"none_{tok}": 1.0}) for d in devices))
+    assert all(status == 200 for status, _, _ in answers)
+
+    def mine(event: ev.Event) -> list[ev.DeviceCheckin]:
+        return [c for c in ev.checkins_of(event) if c.device_id.endswith(tok)]
+
+    await checkins.wait_for(
+        lambda: len({c.device_id for e in checkins.events() for c in mine(e)}) >= len(devices)
+    )
+    records = checkins.on(topics.CHECKINS, lambda e: bool(mine(e)))
+    seen = {c.device_id: r.partition for r in records for c in mine(r.event)}  # type: ignore[arg-type]
+    batches = sum(isinstance(r.event, ev.CheckinBatch) for r in records)
     assert set(seen) == set(devices)
     assert batches < len(devices), "every check-in went out alone"
     batcher = stack.server.gateway.batcher
@@ -592,3 +568,27 @@ async def test_schemathesis_finds_no_failure_and_the_pipeline_still_assigns(stac
     payload, _ = await assigned(stack, f"dev-{tok}", {f"cpu_{tok}": 2})
     assert payload["job_id"] == f"after-fuzz-{tok}"
     await stack.tap.finish(f"after-fuzz-{tok}")
+
+
+async def test_no_bad_answer_is_dropped_silently(stack: Stack, published: Published) -> None:
+    """Issue 13: a malformed answer addressed to this gateway is dead-lettered by it; one it
+    does not own is skipped and counted here, and dead-lettered by its owner alone."""
+    gw = stack.server.gateway
+    letters = await published(topics.DEAD_LETTERS)
+    skipped = gw.stats.skipped_records.get("not_json", 0)
+    mine = await stack.tap.producer.send_and_wait(topics.REPLIES, b"{oops", key=gw.id.encode())
+    others = await stack.tap.producer.send_and_wait(topics.REPLIES, b"{oops", key=b"gw-gone")
+    assignment = await stack.tap.producer.send_and_wait(topics.ASSIGNMENTS, b"{oops", key=b"j")
+
+    letter = await letters.dead_letter_of(topics.REPLIES, mine)
+    assert letter.reason.startswith("not_json: ")
+    assert gw.stats.dead_letter_reasons.get("not_json", 0) >= 1
+    await letters.dead_letter_of(topics.ASSIGNMENTS, assignment)  # the scheduler's
+    await stack.tap.published.wait_for(
+        lambda: gw.stats.skipped_records.get("not_json", 0) >= skipped + 2
+    )
+    await asyncio.sleep(1.0)  # a second letter for any of them would show up now
+    ids = [e.event_id for e in letters.events(topics.DEAD_LETTERS)]
+    for topic, meta, count in ((topics.REPLIES, mine, 1), (topics.REPLIES, others, 0),
+                               (topics.ASSIGNMENTS, assignment, 1)):  # fmt: skip
+        assert ids.count(f"dead:{topic}:{meta.partition}:{meta.offset}") == count, topic

@@ -87,7 +87,7 @@ async def stack(
 
 async def refused(bus: Bus, topic: str, event: ev.Event, code: str) -> None:
     meta = await bus.send(topic, event)
-    letter = await bus.dead_letter_of(topic, meta)
+    letter = await bus.published.dead_letter_of(topic, meta)
     assert letter.reason.startswith("unauthorized: "), letter.reason
     assert code in letter.reason, letter.reason
 
@@ -123,7 +123,7 @@ async def test_only_a_valid_token_for_the_job_acts_on_it(
     await refused(bus, topics.ROUNDS, closed(job_a, token_b), "forbidden")
     await refused(bus, topics.ROUNDS, closed(f"ghost-{tok}", None), "missing_token")
     await checkins(bus, [f"dev-{tok}"], {attr: 2})
-    await bus.wait_for(lambda: len(bus.assigned({job_a})) == 1)
+    await bus.published.wait_for(lambda: len(bus.assigned({job_a})) == 1)
 
     # A revoked token stops working as soon as the revocation is read.
     claims = TOKENS.check(token_a, "job")

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from services.recorder import RecorderStats, run_recorder
 from services.scheduler.process import prepare_topics, start_worker, stop_worker
 from tests.broker.test_scheduler_pipeline import READY_TIMEOUT, Bus, checkins
+from tests.event_recorder import EventRecorder, Published
 from venn import events as ev
 from venn.audit import make_engine
 from venn.broker import topics
@@ -57,21 +58,16 @@ async def stack(broker: str, run_dir: Path, partitions: int, pg_url: str) -> Asy
         await bus.stop()
 
 
-async def expired_on_jobs(broker: str, job_id: str, timeout: float) -> ev.JobExpired:
-    from venn.stack.capture import read_topics
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = await read_topics(broker, [topics.JOBS], timeout=10)
-        for event in found[topics.JOBS]:
-            if isinstance(event, ev.JobExpired) and event.job_id == job_id:
-                return event
-        await asyncio.sleep(1.0)
-    raise AssertionError(f"no job_expired for {job_id}")
+def expired(jobs: EventRecorder, job_id: str) -> list[ev.JobExpired]:
+    found = jobs.events(topics.JOBS, lambda e: isinstance(e, ev.JobExpired) and e.job_id == job_id)
+    return found  # type: ignore[return-value]
 
 
-async def test_heartbeats_keep_a_job_and_silence_expires_it(stack: Bus, pg_url: str) -> None:
+async def test_heartbeats_keep_a_job_and_silence_expires_it(
+    stack: Bus, pg_url: str, published: Published
+) -> None:
     bus = stack
+    jobs = await published(topics.JOBS)
     tok = uuid.uuid4().hex[:8]
     attr, alive, silent = f"cpu_{tok}", f"alive-{tok}", f"silent-{tok}"
     async with VennClient(bus.bootstrap, heartbeat_s=1.0) as owner:
@@ -80,11 +76,12 @@ async def test_heartbeats_keep_a_job_and_silence_expires_it(stack: Bus, pg_url: 
         async with VennClient(bus.bootstrap, heartbeat_s=0) as quiet:  # no heartbeats
             await quiet.register_job(silent, {attr: 1}, 2, 3, deadline_s=600)
             await quiet.request_round(silent, 0, 2)
-        expired = await expired_on_jobs(bus.bootstrap, silent, 30)
-        assert expired.last_seen <= time.time() - TIMEOUT_S
+        await jobs.wait_for(lambda: expired(jobs, silent), 30)
+        expiry = expired(jobs, silent)[0]
+        assert expiry.last_seen <= time.time() - TIMEOUT_S
         # The silent job's demand is released: devices now go to the live job only.
         await checkins(bus, [f"d{i}-{tok}" for i in range(4)], {attr: 2})
-        await bus.wait_for(lambda: len(bus.assigned({alive})) == 2)
+        await bus.published.wait_for(lambda: len(bus.assigned({alive})) == 2)
         await asyncio.sleep(0.5)
         assert bus.assigned({silent}) == []
         await owner.finish_job(

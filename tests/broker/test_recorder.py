@@ -10,9 +10,10 @@ from typing import cast
 
 import msgspec
 import sqlalchemy as sa
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from services.recorder import RecorderStats, RecorderTopics, run_recorder
+from tests.event_recorder import Published
 from venn.audit import make_engine
 from venn.broker.topics import delete_topics, ensure_topics
 from venn.events import (
@@ -23,7 +24,6 @@ from venn.events import (
     JobRegistered,
     RoundClosed,
     RoundRequested,
-    decode,
     encode,
 )
 from venn.settings import Settings
@@ -67,25 +67,6 @@ async def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None
         await asyncio.sleep(0.1)
 
 
-async def read_all(broker: str, topic: str, expected: int, timeout: float = 20.0) -> list[bytes]:
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=broker, group_id=None, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(values) < expected and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            values += [r.value for recs in batch.values() for r in recs if r.value is not None]
-        # a little longer, to catch unexpected extra messages
-        batch = await consumer.getmany(timeout_ms=500)
-        values += [r.value for recs in batch.values() for r in recs if r.value is not None]
-    finally:
-        await consumer.stop()
-    return values
-
-
 async def refuse_rounds_of(url: str, job_id: str, unique: str, install: bool) -> None:
     """A trigger that makes the real database refuse this job's round rows (a DataError),
     as a constraint or a column too small for a value would."""
@@ -114,7 +95,7 @@ async def refuse_rounds_of(url: str, job_id: str, unique: str, install: bool) ->
 
 
 async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals(
-    broker: str, pg_url: str, unique: str
+    broker: str, pg_url: str, unique: str, published: Published
 ) -> None:
     names = RecorderTopics(
         rounds=f"{unique}.venn.rounds",
@@ -125,6 +106,7 @@ async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals
         broker=broker, database_url=pg_url, topic_partitions=2, max_event_bytes=MAX_BYTES
     )
     await ensure_topics(broker, 2, names=[names.rounds, names.jobs, names.dead_letters])
+    dead_letters = await published(names.dead_letters)
     job = f"job-{unique}"
     other = f"other-{unique}"
     refused = f"refused-{unique}"
@@ -216,18 +198,17 @@ async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals
         ]
         assert [tuple(r) for r in jobs] == [(1.0, 4, 2, 13.0, 2, 12.0)]
 
-        raw_letters = await read_all(broker, names.dead_letters, 2)
-        letters = {
-            dl.original_bytes(): dl
-            for v in raw_letters
-            if (dl := cast(DeadLetter, decode(v, (DeadLetter,))))
-        }
-        assert len(letters) == len(raw_letters) == 2
-        conflict = letters[encode(conflicting)]
+        await dead_letters.wait_for(lambda: len(dead_letters.records) >= 2)
+        await asyncio.sleep(0.5)  # anything beyond them would show up now
+        recorded = dead_letters.on(names.dead_letters)
+        assert len(recorded) == len(dead_letters.records) == 2
+        letters = {cast(DeadLetter, r.event).original_bytes(): r.event for r in recorded}
+        assert all(r.key == r.event.event_id.encode() for r in recorded if r.event)  # own id
+        conflict = cast(DeadLetter, letters[encode(conflicting)])
         assert conflict.reason == (
             f"conflicting close of round 0 of job {job}: the first close ({job}-r0-closed) stands"
         )
-        letter = letters[encode(refused_close)]
+        letter = cast(DeadLetter, letters[encode(refused_close)])
         assert letter.source_topic == names.rounds
         assert letter.reason.startswith("audit write refused by the database")
         assert "value too long for the test" in letter.reason

@@ -8,13 +8,12 @@ never take these devices, nor these jobs theirs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
@@ -22,9 +21,10 @@ from typing import Any
 
 import msgspec
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from services.scheduler.process import kill_worker, prepare_topics, start_worker, stop_worker
+from tests.event_recorder import EventRecorder
 from venn import events as ev
 from venn import fields
 from venn.broker import topics
@@ -36,59 +36,27 @@ READY_TIMEOUT = 180.0  # a restart after SIGKILL waits for the dead member's ses
 # one CI run on a loaded machine needed more than 90 s
 
 
+OUTPUTS = (topics.ASSIGNMENTS, topics.DEAD_LETTERS, topics.REPLIES)
+
+
 @dataclass
 class Bus:
-    """Producer plus a background tap on venn.assignments, venn.dead-letters and
-    venn.replies."""
+    """A producer for the scheduler's inputs, and the event recorder of its outputs
+    (`OUTPUTS`) from the moment the stack starts."""
 
     bootstrap: str
     partitions: int
     producer: AIOKafkaProducer = field(init=False)
-    consumer: AIOKafkaConsumer = field(init=False)
-    assignments: list[tuple[bytes | None, ev.Assignment]] = field(default_factory=list)
-    dead: dict[str, ev.DeadLetter] = field(default_factory=dict)
-    batches: list[ev.AssignmentBatch] = field(default_factory=list)
-    declined: dict[str, list[ev.CheckinsDeclined]] = field(default_factory=dict)
-    _task: asyncio.Task[None] | None = None
+    published: EventRecorder = field(init=False)
 
     async def start(self) -> None:
         self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap)
-        self.consumer = AIOKafkaConsumer(
-            topics.ASSIGNMENTS,
-            topics.DEAD_LETTERS,
-            topics.REPLIES,
-            bootstrap_servers=self.bootstrap,
-            group_id=None,
-            auto_offset_reset="earliest",
-        )
         await self.producer.start()
-        await self.consumer.start()
-        self._task = asyncio.create_task(self._tap())
+        self.published = await EventRecorder(self.bootstrap, OUTPUTS).start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self.consumer.stop()
+        await self.published.stop()
         await self.producer.stop()
-
-    async def _tap(self) -> None:
-        while True:
-            batches = await self.consumer.getmany(timeout_ms=200)
-            for tp, messages in batches.items():
-                for m in messages:
-                    try:
-                        event = ev.decode(m.value, ev.ALLOWED_ON[tp.topic])
-                    except ev.InvalidEvent:
-                        continue  # another test's garbage
-                    self.assignments.extend((m.key, a) for a in ev.assignments_of(event))
-                    if isinstance(event, ev.DeadLetter):
-                        self.dead[event.event_id] = event
-                    elif isinstance(event, ev.AssignmentBatch):
-                        self.batches.append(event)
-                    elif isinstance(event, ev.CheckinsDeclined):
-                        self.declined.setdefault(event.reply_to, []).append(event)
 
     async def send(
         self,
@@ -102,18 +70,6 @@ class Bus:
             value = ev.encode(value)
         return await self.producer.send_and_wait(topic, value, key=key, partition=partition)
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s")
-            await asyncio.sleep(0.05)
-
-    async def dead_letter_of(self, topic: str, meta: Any, timeout: float = 20.0) -> ev.DeadLetter:
-        letter_id = f"dead:{topic}:{meta.partition}:{meta.offset}"
-        await self.wait_for(lambda: letter_id in self.dead, timeout)
-        return self.dead[letter_id]
-
     async def barrier(self, topic: str, timeout: float = 20.0) -> None:
         """Returns once the worker has processed everything sent to `topic` before."""
         metas = [
@@ -121,10 +77,10 @@ class Bus:
             for p in range(self.partitions)
         ]
         for meta in metas:
-            await self.dead_letter_of(topic, meta, timeout)
+            await self.published.dead_letter_of(topic, meta, timeout)
 
     def assigned(self, job_ids: set[str]) -> list[ev.Assignment]:
-        return [a for _, a in self.assignments if a.job_id in job_ids]
+        return self.published.assignments(job_ids)
 
 
 @dataclass
@@ -294,7 +250,7 @@ async def test_happy_path(stack: tuple[Bus, Worker]) -> None:
 
     # Devices eligible only for `low`: the first one twice while it is active.
     await checkins(bus, [f"mid0-{tok}"], {attr: 3})
-    await bus.wait_for(lambda: len(bus.assigned(mine)) == 1)
+    await bus.published.wait_for(lambda: len(bus.assigned(mine)) == 1)
     await checkins(bus, [f"mid0-{tok}"], {attr: 3})
     # Ineligible devices: too weak, or not reporting the attribute at all.
     await checkins(bus, [f"weak{i}-{tok}" for i in range(3)], {attr: 0.5})
@@ -305,11 +261,11 @@ async def test_happy_path(stack: tuple[Bus, Worker]) -> None:
     await bus.send(topics.RESULTS, result(low, 0, f"mid0-{tok}"))
     await bus.barrier(topics.RESULTS)
     await checkins(bus, [f"mid0-{tok}"], {attr: 3})
-    await bus.wait_for(lambda: len(bus.assigned(mine)) == 2)
+    await bus.published.wait_for(lambda: len(bus.assigned(mine)) == 2)
     await checkins(bus, [f"mid{i}-{tok}" for i in (1, 2, 3)], {attr: 3})
-    await bus.wait_for(lambda: len(bus.assigned(mine)) == 3)
+    await bus.published.wait_for(lambda: len(bus.assigned(mine)) == 3)
     await checkins(bus, [f"top{i}-{tok}" for i in range(5)], {attr: 8})
-    await bus.wait_for(lambda: len(bus.assigned(mine)) == 6)
+    await bus.published.wait_for(lambda: len(bus.assigned(mine)) == 6)
     await asyncio.sleep(0.5)  # anything beyond the demand would show up now
 
     got = bus.assigned(mine)
@@ -319,9 +275,9 @@ async def test_happy_path(stack: tuple[Bus, Worker]) -> None:
     assert all(a.device_id.startswith("top") for a in by_job[high])
     assert sorted(a.device_id for a in by_job[low])[:2] == [f"mid0-{tok}", f"mid0-{tok}"]
     assert len({a.device_id for a in by_job[high]}) == 3
-    for key, a in bus.assignments:
-        if a.job_id in mine:
-            assert key == a.job_id.encode()
+    for r in bus.published.on(topics.ASSIGNMENTS, lambda e: e.job_id in mine):
+        assert r.key == r.event.job_id.encode()  # type: ignore[union-attr]
+        for a in ev.assignments_of(r.event):  # type: ignore[arg-type]
             assert a.task_url.endswith(f"/jobs/{a.job_id}/rounds/0/task")
             assert a.speed_ms_per_sample == 60.0
     for job_id in mine:
@@ -410,7 +366,7 @@ async def test_bad_input_goes_to_dead_letters(stack: tuple[Bus, Worker]) -> None
             meta = await bus.send(topic, value, key=f"k-{tok}".encode())
             sent.append((topic, meta, value, fragment))
     for topic, meta, value, fragment in sent:
-        letter = await bus.dead_letter_of(topic, meta)
+        letter = await bus.published.dead_letter_of(topic, meta)
         assert fragment in letter.reason, (topic, letter.reason)
         assert topic in letter.reason
         assert letter.source_topic == topic
@@ -423,7 +379,7 @@ async def test_bad_input_goes_to_dead_letters(stack: tuple[Bus, Worker]) -> None
     await bus.send(topics.JOBS, round_request(job_id, 0, 1))
     await bus.barrier(topics.JOBS)
     await checkins(bus, [f"ok-{tok}"], {attr: 2})
-    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 1)
+    await bus.published.wait_for(lambda: len(bus.assigned({job_id})) == 1)
     await bus.send(topics.ROUNDS, finished(job_id))
 
 
@@ -439,7 +395,7 @@ async def test_a_record_of_any_size_leaves_scheduling_running(stack: tuple[Bus, 
         for t in (topics.CHECKINS, topics.JOBS)
     ]
     for topic, meta in metas:
-        letter = await bus.dead_letter_of(topic, meta)
+        letter = await bus.published.dead_letter_of(topic, meta)
         assert "oversized" in letter.reason
         assert letter.original_size == len(huge)
         assert letter.original_bytes() == huge[: fields.ORIGINAL_PREFIX_MAX]
@@ -450,7 +406,7 @@ async def test_a_record_of_any_size_leaves_scheduling_running(stack: tuple[Bus, 
     await bus.send(topics.JOBS, round_request(job_id, 0, 2))
     await bus.barrier(topics.JOBS)
     await checkins(bus, [f"ok{i}-{tok}" for i in range(2)], {attr: 2})
-    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 2)
+    await bus.published.wait_for(lambda: len(bus.assigned({job_id})) == 2)
     await bus.send(topics.ROUNDS, finished(job_id))
 
 
@@ -471,7 +427,7 @@ async def test_a_stale_checkin_takes_no_slot(stack: tuple[Bus, Worker]) -> None:
     assert bus.assigned({job_id}) == []
     assert worker.metric_total("venn_scheduler_stale_checkins_total") == dropped + 1
     await checkins(bus, [f"fresh-{tok}"], {attr: 2})
-    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 1)
+    await bus.published.wait_for(lambda: len(bus.assigned({job_id})) == 1)
     assert bus.assigned({job_id})[0].device_id == f"fresh-{tok}"
     await bus.send(topics.ROUNDS, finished(job_id))
 
@@ -491,25 +447,29 @@ async def test_checkin_batch(stack: tuple[Bus, Worker]) -> None:
     items = [ev.encode(c) for c in [*eligible, weak]] + [msgspec.json.encode(bad)]
     raw = ev.encode_checkin_batch(f"cb-{tok}", time.time(), items, reply_to=gateway)
 
+    def declined() -> list[ev.CheckinsDeclined]:
+        return bus.published.events(topics.REPLIES, lambda e: e.reply_to == gateway)  # type: ignore[return-value]
+
     meta = await bus.send(topics.CHECKINS, raw, key=b"cb")
     letter_id = f"dead:{topics.CHECKINS}:{meta.partition}:{meta.offset}:0"
-    await bus.wait_for(lambda: letter_id in bus.dead and gateway in bus.declined)
-    assert "device_id" in bus.dead[letter_id].reason
-    assert "checkin_batch" in bus.dead[letter_id].reason
-    assert msgspec.json.decode(bus.dead[letter_id].original_bytes()) == bad
-    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 2)
-    (batch,) = [b for b in bus.batches if b.job_id == job_id]
-    assert len(batch.assignments) == 2
+    await bus.published.wait_for(lambda: letter_id in bus.published.dead_letters() and declined())
+    letter = bus.published.dead_letters()[letter_id]
+    assert "device_id" in letter.reason
+    assert "checkin_batch" in letter.reason
+    assert msgspec.json.decode(letter.original_bytes()) == bad
+    await bus.published.wait_for(lambda: len(bus.assigned({job_id})) == 2)
+    (batch,) = bus.published.events(topics.ASSIGNMENTS, lambda e: e.job_id == job_id)
+    assert isinstance(batch, ev.AssignmentBatch) and len(batch.assignments) == 2
     assigned = {a.device_id for a in batch.assignments}
     assert assigned < {c.device_id for c in eligible}
-    (declined,) = bus.declined[gateway]
+    (answer,) = declined()
     expected = {c.event_id for c in [*eligible, weak] if c.device_id not in assigned}
-    assert set(declined.checkin_ids) == expected and len(expected) == 2
+    assert set(answer.checkin_ids) == expected and len(expected) == 2
 
     await bus.send(topics.CHECKINS, raw, key=b"cb")  # a replay: deduped on the batch id
     await bus.barrier(topics.CHECKINS)
     await asyncio.sleep(0.5)
-    assert len(bus.assigned({job_id})) == 2 and len(bus.declined[gateway]) == 1
+    assert len(bus.assigned({job_id})) == 2 and len(declined()) == 1
     await bus.send(topics.ROUNDS, finished(job_id))
 
 
@@ -525,14 +485,14 @@ async def test_replays_are_idempotent(stack: tuple[Bus, Worker]) -> None:
     await bus.send(topics.CHECKINS, first)
     await bus.send(topics.CHECKINS, first)  # same event id
     await bus.barrier(topics.CHECKINS)
-    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 1)
+    await bus.published.wait_for(lambda: len(bus.assigned({job_id})) == 1)
     # Duplicate results release the device once; the replayed request does not reopen.
     res = result(job_id, 0, f"d0-{tok}")
     await bus.send(topics.RESULTS, res)
     await bus.send(topics.RESULTS, res)
     await bus.barrier(topics.RESULTS)
     await checkins(bus, [f"d{i}-{tok}" for i in (1, 2, 3)], {attr: 2})
-    await bus.wait_for(lambda: len(bus.assigned({job_id})) == 2)
+    await bus.published.wait_for(lambda: len(bus.assigned({job_id})) == 2)
     await asyncio.sleep(0.5)
     got = [a.device_id for a in bus.assigned({job_id})]
     assert len(got) == 2, got  # the duplicate check-in did not take the second slot
@@ -557,10 +517,10 @@ async def test_restart_recovers_demand(stack: tuple[Bus, Worker]) -> None:
 
     await checkins(bus, [f"a{i}-{tok}" for i in range(3)], {attr: 2})  # only `full`
     await checkins(bus, [f"b{i}-{tok}" for i in range(2)], {attr: 6})
-    await bus.wait_for(lambda: len(bus.assigned(mine)) == 5)
+    await bus.published.wait_for(lambda: len(bus.assigned(mine)) == 5)
     assert len(bus.assigned({full})) == 3
     # The tables are written when the worker reads its assignments back.
-    await bus.wait_for(
+    await bus.published.wait_for(
         lambda: worker.metric("venn_scheduler_events_total", topics.ASSIGNMENTS) >= read_back + 5
     )
     await asyncio.sleep(1.0)  # let the producer flush the changelog records
@@ -579,7 +539,7 @@ async def test_restart_recovers_demand(stack: tuple[Bus, Worker]) -> None:
     await checkins(bus, [f"a{i}-{tok}" for i in range(3)], {attr: 2})
     await checkins(bus, [f"b{i}-{tok}" for i in range(2)], {attr: 6})
     await checkins(bus, [f"c{i}-{tok}" for i in range(5)], {attr: 9})
-    await bus.wait_for(lambda: len(bus.assigned(mine)) >= 7)
+    await bus.published.wait_for(lambda: len(bus.assigned(mine)) >= 7)
     await asyncio.sleep(1.0)
     got = bus.assigned(mine)
     counts = {j: len({a.event_id for a in got if a.job_id == j}) for j in mine}

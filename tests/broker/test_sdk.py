@@ -7,8 +7,9 @@ import time
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
+from tests.event_recorder import Published
 from venn import events
 from venn.broker import topics
 from venn.broker.topics import ensure_topics
@@ -116,9 +117,10 @@ async def test_events_from_before_the_client_started_are_not_delivered(
 
 
 async def test_malformed_assignment_is_skipped_and_dispatch_continues(
-    broker: str, producer: AIOKafkaProducer, unique: str
+    broker: str, producer: AIOKafkaProducer, unique: str, published: Published
 ) -> None:
     job = f"bad-{unique}"
+    letters = await published(topics.DEAD_LETTERS)
     async with VennClient(broker) as owner:
         owner.subscribe(job)
         bad = b'{"type": "assignment", "job_id": "' + job.encode() + b'"}'
@@ -127,54 +129,22 @@ async def test_malformed_assignment_is_skipped_and_dispatch_continues(
         got = await take(owner.assignments(job), 1)
         assert [e.device_id for e in got] == ["dev-good"]  # type: ignore[attr-defined]
         assert owner.stats.invalid == 1
-
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        parts = [TopicPartition(topics.DEAD_LETTERS, p) for p in range(4)]
-        consumer.assign(parts)
-        letters: list[events.DeadLetter] = []
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            for records in batch.values():
-                for r in records:
-                    letter = events.decode(r.value, (events.DeadLetter,))
-                    assert isinstance(letter, events.DeadLetter)
-                    if letter.original_bytes() == bad:
-                        letters.append(letter)
-        # Issue 12, defect 8: every running client dead-lettered it once more. The SDK skips
-        # and counts; the record's owner (topics.DEAD_LETTER_OWNER) dead-letters it.
-        assert topics.DEAD_LETTER_OWNER[topics.ASSIGNMENTS] == "scheduler"
-        assert letters == []
-    finally:
-        await consumer.stop()
+    # Issue 12, defect 8: every running client dead-lettered it once more. The SDK skips
+    # and counts; the record's owner (topics.DEAD_LETTER_OWNER) dead-letters it.
+    assert topics.DEAD_LETTER_OWNER[topics.ASSIGNMENTS] == "scheduler"
+    await asyncio.sleep(3.0)
+    assert letters.events(where=lambda e: e.original_bytes() == bad) == []
 
 
-async def test_register_and_round_requests_are_keyed_by_job(broker: str, unique: str) -> None:
+async def test_register_and_round_requests_are_keyed_by_job(
+    broker: str, unique: str, published: Published
+) -> None:
     await ensure_topics(broker, 4)
     job = f"reg-{unique}"
+    jobs = await published(topics.JOBS)
     async with VennClient(broker) as owner:
         reg = await owner.register_job(job, {"cpu": 7}, demand=3, rounds=2, deadline_s=300)
         req = await owner.request_round(job, 0, 3)
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        consumer.assign([TopicPartition(topics.JOBS, p) for p in range(4)])
-        seen: dict[str, tuple[bytes, Event]] = {}
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len(seen) < 2:
-            for records in (await consumer.getmany(timeout_ms=200)).values():
-                for r in records:
-                    try:
-                        e = events.decode(r.value)
-                    except events.InvalidEvent:
-                        continue  # other tests' deliberate garbage shares this broker
-                    if e.event_id in (reg.event_id, req.event_id):
-                        seen[e.event_id] = (r.key, e)
-        assert seen[reg.event_id][0] == job.encode()
-        assert seen[req.event_id][0] == job.encode()
-        assert seen[reg.event_id][1] == reg
-        assert reg.requirement == {"cpu_f": 7.0}  # the paper's alias, normalised
-    finally:
-        await consumer.stop()
+    # These two, in this order, keyed by the job.
+    await jobs.expect(topics.JOBS, [reg, req], lambda e: e.job_id == job)
+    assert reg.requirement == {"cpu_f": 7.0}  # the paper's alias, normalised

@@ -81,11 +81,16 @@ class TopicFollower:
                     self.offer(m.value)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        await stop_reader(self._task, self._consumer)
+        self._task, self._consumer = None, None
+
+
+async def stop_reader(task: asyncio.Task[None] | None, consumer: AIOKafkaConsumer | None) -> None:
+    """Cancel a task that reads with ``consumer``, then stop the consumer (None: nothing
+    to stop)."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if consumer is not None:
+        await consumer.stop()

@@ -98,8 +98,9 @@ async def publish_dead_letter(
     topic: str,
     partition: int,
     offset: int,
+    *,
+    to: str = topics.DEAD_LETTERS,
 ) -> asyncio.Future[object]:
-    """Queue the dead letter of a record that cannot be used; resolves once it is stored."""
-    return await publisher.enqueue(
-        topics.DEAD_LETTERS, dead_letter(raw, reason, topic, partition, offset)
-    )
+    """Queue the dead letter of a record that cannot be used (on ``to``, a test's own copy
+    of venn.dead-letters); resolves once it is stored."""
+    return await publisher.enqueue(to, dead_letter(raw, reason, topic, partition, offset))

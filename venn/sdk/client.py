@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from venn import events
 from venn.broker import topics
 from venn.broker.publish import KafkaEvents
+from venn.broker.stream import EventStream, KafkaRecords, owned_by
 from venn.core.model import Requirement
 from venn.events import (
     Assignment,
@@ -65,7 +66,7 @@ class ClientStats:
 
     dispatched: int = 0
     ignored: int = 0  # valid events for jobs this client does not serve (or stale ones)
-    invalid: int = 0  # malformed messages, skipped (the scheduler dead-letters them)
+    invalid: int = 0  # records it could not use, skipped (the scheduler dead-letters them)
 
 
 class VennClient:
@@ -338,21 +339,19 @@ class VennClient:
         await KafkaEvents(self._producer).publish(topic, event)
 
     async def _dispatch(self) -> None:
-        assert self._consumer is not None
+        assert self._consumer is not None and self._producer is not None
+        # A coordinator owns no topic's dead letters (topics.DEAD_LETTER_OWNER): a bad
+        # record is skipped and counted here, and dead-lettered once, by its owner.
+        stream = EventStream(
+            KafkaRecords(self._consumer),
+            KafkaEvents(self._producer),
+            owned_by("coordinator"),
+            max_bytes=self.max_event_bytes,
+        )
         while True:
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
-            for tp, records in batches.items():
-                allowed = events.ALLOWED_ON[tp.topic]
-                for record in records:
-                    try:
-                        event = events.decode(record.value, allowed, self.max_event_bytes)
-                    except events.InvalidEvent as exc:
-                        # One dead letter per bad record, from its owner (topics.DEAD_LETTER_OWNER),
-                        # not one more per running client.
-                        self.stats.invalid += 1
-                        log.debug("skipped %s@%d: %s", tp, record.offset, exc)
-                        continue
-                    self._route(event)
+            batch = await stream.read(timeout_ms=200, max_records=5000)
+            await stream.apply(batch, self._route)
+            self.stats.invalid = stream.stats.bad_records
 
     def _route(self, event: Event) -> None:
         sub = self._subs.get(getattr(event, "job_id", ""))
