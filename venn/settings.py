@@ -150,6 +150,13 @@ class Settings:
         "Longest a scheduler fetch waits for data; 0: the broker's profile (10 ms on Tansu, "
         "where all of it is latency; 500 ms on Kafka).",
     )
+    scheduler_mode: str = _env(
+        "VENN_SCHEDULER_MODE",
+        "single",
+        "single: run one scheduler worker, which owns every partition; leased: any number "
+        "of workers share the check-in partitions, each deciding with lease quota "
+        "(venn.core.partition, docs/scaling.md).",
+    )
     recorder_port: int = _env(
         "VENN_RECORDER_PORT", 0, "HTTP port of the recorder's /healthz and /metrics; 0: none."
     )

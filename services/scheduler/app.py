@@ -43,10 +43,10 @@ import msgspec
 from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.scheduler import metrics
+from services.scheduler import leases, metrics
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.stall import StallWatch
-from services.scheduler.state import Rejected, SchedulerState
+from services.scheduler.state import Rejected, SchedulerState, speed_proxies
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
 from services.scheduler.transport import OutputProducer, SchedulerApp
 from venn import events as ev
@@ -61,7 +61,7 @@ from venn.settings import Settings
 
 log = logging.getLogger(__name__)
 
-TABLES = ("jobs", "round")
+TABLES = ("jobs", "round", leases.TABLE)
 QUIET_LOGGERS = ("faust", "mode", "aiokafka")
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4"
 
@@ -116,7 +116,8 @@ def create_app(
         web_bind=settings.scheduler_web_host,
         broker_credentials=faust_credentials(settings),
         web_port=config.web_port,
-        datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data"),
+        # One per worker: workers of one run dir must not share Faust's data directory.
+        datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data-{config.web_port}"),
     )
     partitions = settings.topic_partitions
     jobs_table = app.Table("jobs", key_type=str, partitions=partitions)
@@ -142,6 +143,13 @@ def create_app(
 
     state = SchedulerState(config, jobs_table, rounds_table, owned_partitions)
     app.scheduler_state = state  # type: ignore[attr-defined]
+    replica: leases.Replica | None = None
+    if config.leased:
+        lease_table = app.Table(leases.TABLE, key_type=str, partitions=partitions)
+        rule = leases.lease_rule(partitions)
+        replica = leases.Replica(config)
+        state.lease_owner = leases.LeaseOwner(rule, lease_table)
+        state.leased = leases.LeasedCheckins(config, rule, replica, lease_table, speed_proxies)
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
@@ -151,16 +159,20 @@ def create_app(
             owned.update(now_owned)
             state.invalidate()
 
-    def send(topic: str, key: bytes, value: bytes) -> None:
+    def send(topic: str, key: bytes, value: bytes, partition: int | None = None) -> None:
         # Buffered, not awaited: Faust flushes the producer before committing offsets, so
         # this stays at-least-once without a round trip per event (see transport.py).
         producer = app.producer
         assert isinstance(producer, OutputProducer)
-        producer.send_output(topic, key, value)
+        producer.send_output(topic, key, value, partition)
 
     def publish(out: ev.Event) -> None:
         if isinstance(out, ev.CheckinsDeclined):
             send(topics.REPLIES, out.reply_to.encode(), ev.encode(out))
+            return
+        if isinstance(out, ev.LeaseMessage):
+            send(topics.LEASES, *message(topics.LEASES, out), ev.addressed_partition(out))
+            metrics.LEASE_MESSAGES.labels(out.kind).inc()
             return
         key, value = message(topics.ASSIGNMENTS, out)
         send(topics.ASSIGNMENTS, key, value)
@@ -213,6 +225,10 @@ def create_app(
             quick = partial(checkin_columns, cache=attrs_cache, max_bytes=settings.max_event_bytes)
         elif topic == topics.ASSIGNMENTS:
             quick = state.own_output
+        # Leased mode: rows an event writes are in their changelog before its outputs go.
+        write_ahead = config.leased and topic in (topics.CHECKINS, topics.LEASES, topics.JOBS)
+        producer = app.producer
+        assert isinstance(producer, OutputProducer)
         async for event in stream.events():
             message = event.message
             now = time.time()
@@ -220,6 +236,11 @@ def create_app(
             decoded: ev.Event | CheckinColumns | None = None
             try:
                 state.ensure_loaded(now)
+                if state.backlog:
+                    await producer.flush_state()
+                    for item in state.backlog:
+                        publish(item)
+                    state.backlog.clear()
                 try:
                     if quick is not None:
                         decoded = quick(event.value)
@@ -235,7 +256,10 @@ def create_app(
                 out = handle(decoded, message.partition, now)
                 state.recent.add(decoded.event_id)
                 processed.inc()
-                for item in out if isinstance(out, list) else [out] if out is not None else []:
+                items = out if isinstance(out, list) else [out] if out is not None else []
+                if write_ahead and items:
+                    await producer.flush_state()
+                for item in items:
                     publish(item)
             except ev.InvalidEvent as exc:
                 reason = exc.reason
@@ -252,10 +276,20 @@ def create_app(
             if reason is not None:
                 dead_letter(event.value, reason, topic, message.partition, message.offset, now)
 
-    def decide(event: ev.Event | CheckinColumns, _partition: int, now: float) -> Any:
+    def decide(event: ev.Event | CheckinColumns, partition: int, now: float) -> Any:
         stale = state.stale_checkins
         out: list[ev.Event] | ev.Assignment | None
         checkins = 1
+        if state.leased is not None:
+            assert isinstance(event, ev.CheckinBatch | ev.DeviceCheckin | CheckinColumns)
+            cols = event if isinstance(event, CheckinColumns) else CheckinColumns.of(event)
+            metrics.CHECKINS.inc(len(cols))
+            before = state.leased.stale
+            out = state.leased.on_checkins(cols, partition, now)
+            metrics.STALE_CHECKINS.inc(state.leased.stale - before)
+            decided = sum(len(o.assignments) for o in out if isinstance(o, ev.AssignmentBatch))
+            metrics.DECLINED.inc(len(cols) - decided)
+            return out
         if isinstance(event, ev.CheckinBatch | CheckinColumns):
             checkins = len(event.checkins) if isinstance(event, ev.CheckinBatch) else len(event)
             metrics.CHECKINS.inc(checkins)
@@ -280,6 +314,16 @@ def create_app(
     def adopt(event: ev.Event, partition: int, now: float) -> None:
         metrics.ADOPTED.inc(state.on_assignment(event, partition, now))
 
+    def on_lease(event: ev.Event, partition: int, now: float) -> list[ev.Event]:
+        assert isinstance(event, ev.LeaseMessage)
+        assert state.lease_owner is not None and state.leased is not None
+        try:
+            if event.kind in leases.OWNER_KINDS:
+                return state.lease_owner.on_event(event, partition, now)
+            return state.leased.on_event(event, partition, now)
+        except leases.Misrouted as exc:
+            raise Rejected(str(exc)) from None
+
     handlers: list[tuple[faust.TopicT, str, Handler]] = [
         (jobs_in, topics.JOBS, state.on_job_event),
         (rounds_in, topics.ROUNDS, on_round),
@@ -287,6 +331,8 @@ def create_app(
         (checkins_in, topics.CHECKINS, decide),
         (assignments, topics.ASSIGNMENTS, adopt),
     ]
+    if config.leased:
+        handlers.append((raw_topic(topics.LEASES), topics.LEASES, on_lease))
     for channel, name, handle in handlers:
         agent_name = "scheduler-" + name.removeprefix("venn.")
 
@@ -402,6 +448,16 @@ def create_app(
                 metrics.STALL_RESUMED.inc()
             elif seconds >= 2 * stalls.stall_s:
                 await app.crash(RuntimeError(f"{topic}[{partition}] unread for {seconds:.0f} s"))
+
+    @app.task
+    async def _replica() -> None:
+        if replica is not None:
+            await replica.follow(
+                settings.broker,
+                topics.changelog_topic(settings.app_id, "jobs"),
+                partitions,
+                **settings.kafka_options,
+            )
 
     @app.task
     async def _revocations() -> None:

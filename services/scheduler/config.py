@@ -25,6 +25,9 @@ class SchedulerConfig:
     job_timeout_s: float = 600.0
     tokens: Tokens | None = None
     """Checks the job owners' tokens on job and round events (None: no authentication)."""
+    leased: bool = False
+    """Any number of workers share the partitions with leases (``services.scheduler.leases``);
+    False: one worker owns every partition."""
 
     @classmethod
     def from_env(
@@ -43,7 +46,17 @@ class SchedulerConfig:
             checkin_max_age_s=s.checkin_max_age_s,
             job_timeout_s=s.job_timeout_s,
             tokens=Tokens(s.auth_secret) if s.auth_enabled else None,
+            leased=leased_mode(s.scheduler_mode),
         )
 
     def task_url(self, job_id: str, round_index: int) -> str:
         return f"{self.task_url_base}/jobs/{job_id}/rounds/{round_index}/task"
+
+
+MODES = ("single", "leased")
+
+
+def leased_mode(mode: str) -> bool:
+    if mode not in MODES:
+        raise ValueError(f"VENN_SCHEDULER_MODE must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode == "leased"

@@ -41,6 +41,7 @@ import numpy as np
 from services.scheduler import metrics
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
+from services.scheduler.leases import LeasedCheckins, LeaseOwner, release_event
 from venn import events as ev
 from venn.auth import AuthError, check_job_event
 from venn.checkin_columns import CheckinColumns
@@ -48,6 +49,7 @@ from venn.core import make_scheduler
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import restore_job, snapshot_job
+from venn.fields import INDEX_MAX
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,12 @@ class SchedulerState:
         """Assignment batches published and not yet read back: id -> (bytes, event)."""
         self.sent_bytes = 0
         self.loaded = False
+        self.lease_owner: LeaseOwner | None = None
+        """The leased mode's lease books of the jobs this worker owns (None: single mode)."""
+        self.leased: LeasedCheckins | None = None
+        """The leased mode's check-in partitions this worker holds."""
+        self.backlog: list[ev.Event] = []
+        """Outputs of a rebuild, published before the next event's."""
 
     def _new_core(self) -> Scheduler:
         return make_scheduler(self.config.policy, seed=self.config.seed)
@@ -185,6 +193,7 @@ class SchedulerState:
                 applied += self._reapply(key, row, now)
             except (KeyError, TypeError, ValueError, AttributeError, IndexError):
                 log.exception("cannot restore round row %r; skipped", key)
+        self._load_leases(owned, now)
         self.loaded = True
         log.info(
             "scheduler core rebuilt: %d jobs, %d removed, %d rows of open rounds",
@@ -192,6 +201,20 @@ class SchedulerState:
             len(self.removed),
             applied,
         )
+
+    def _load_leases(self, owned: Collection[int] | None, now: float) -> None:
+        if self.leased is not None:
+            self.leased.load(owned)
+        owner = self.lease_owner
+        if owner is None:
+            return
+        owner.load(owned)
+        for job_id, js in self.core.jobs.items():
+            if js.round_open and not owner.leased(job_id, js.round_index):
+                # Opened before its book was written (or in the single mode): lease what
+                # is left of it now.
+                partition = int(self.rows[job_id]["partition"])
+                self.backlog += owner.open(job_id, js.round_index, js.remaining, partition, now)
 
     def _reapply(self, key: str, row: Row, now: float) -> int:
         job_id, round_index = str(row["job"]), int(row["round"])
@@ -267,16 +290,16 @@ class SchedulerState:
         except AuthError as exc:
             raise Rejected(f"unauthorized: {exc}") from None
 
-    def on_job_event(self, event: ev.Event, partition: int, now: float) -> None:
+    def on_job_event(self, event: ev.Event, partition: int, now: float) -> list[ev.Event] | None:
         self._authorize(event)
         self._heard_of(event, now)
         if isinstance(event, ev.JobHeartbeat):
             self._known(event.job_id)
-            return
+            return None
         if isinstance(event, ev.JobExpired):
             if self._known(event.job_id):
                 self._remove(event.job_id, partition)
-            return
+            return None
         if isinstance(event, ev.JobRegistered):
             known = self.rows.get(event.job_id)
             if known is not None:
@@ -284,9 +307,9 @@ class SchedulerState:
                 if event.submit_token and first and event.submit_token != first:
                     # A second submission under a taken id, not a retry of the first.
                     raise Rejected(f"job id {event.job_id!r} is already registered")
-                return
+                return None
             if event.job_id in self.removed:
-                return
+                return None
             spec = JobSpec(
                 event.job_id,
                 Requirement.of(event.requirement),
@@ -300,12 +323,18 @@ class SchedulerState:
                 self._save(event.job_id, partition, submit_token=event.submit_token)
         elif isinstance(event, ev.RoundRequested):
             if not self._known(event.job_id):
-                return
+                return None
             if self.core.request_round(event.job_id, event.round_index, now, event.demand):
                 self._end_round_rows(event.job_id)
                 self._save(event.job_id, partition)
+                if self.lease_owner is not None:
+                    js = self.core.jobs[event.job_id]
+                    return self.lease_owner.open(
+                        event.job_id, js.round_index, js.remaining, partition, now
+                    )
         elif isinstance(event, ev.JobCancelled) and self._known(event.job_id):
             self._remove(event.job_id, partition)
+        return None
 
     def _heard_of(self, event: ev.Event, now: float) -> None:
         job_id = getattr(event, "job_id", None)
@@ -332,6 +361,8 @@ class SchedulerState:
         self.expiring.discard(job_id)
         self.core.remove_job(job_id)
         self.removed.add(job_id)
+        if self.lease_owner is not None:
+            self.lease_owner.close(job_id, INDEX_MAX)
         self._end_round_rows(job_id)
         self._save(job_id, partition, removed=True)
 
@@ -358,16 +389,25 @@ class SchedulerState:
             if closed:
                 self._end_round_rows(event.job_id)
                 self._save(event.job_id, partition)
+                if self.lease_owner is not None:
+                    self.lease_owner.close(event.job_id, event.round_index)
             return bool(closed)
         if isinstance(event, ev.JobFinished) and self._known(event.job_id):
             self._remove(event.job_id, partition)
         return False
 
     # -- venn.results ------------------------------------------------------------------
-    def on_result(self, event: ev.Event, partition: int, now: float) -> None:
+    def on_result(self, event: ev.Event, partition: int, now: float) -> ev.Event | None:
         assert isinstance(event, ev.DeviceResult)
         if not self._known(event.job_id):
-            return
+            return None
+        release = None
+        if self.leased is not None:  # the device's hold is kept by its check-in partition
+            release = release_event(event.device_id, event.job_id, event.round_index, now)
+        self._record_result(event, partition)
+        return release
+
+    def _record_result(self, event: ev.DeviceResult, partition: int) -> None:
         holder = (event.job_id, event.round_index)
         if self.core.active_devices.get(event.device_id) != holder:
             return  # late or duplicate: the device no longer holds this assignment

@@ -63,14 +63,17 @@ class OutputProducer(faust_aiokafka.Producer):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._pending: deque[tuple[str, bytes, bytes]] = deque()
+        self._pending: deque[tuple[str, bytes, bytes, int | None]] = deque()
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def send_output(self, topic: str, key: bytes, value: bytes) -> None:
-        """Queue one output message; sent in call order, flushed before each commit."""
-        self._pending.append((topic, key, value))
+    def send_output(
+        self, topic: str, key: bytes, value: bytes, partition: int | None = None
+    ) -> None:
+        """Queue one output message (to the key's partition unless ``partition`` says
+        otherwise); sent in call order, flushed before each commit."""
+        self._pending.append((topic, key, value, partition))
         self._idle.clear()
         self._wakeup.set()
 
@@ -82,9 +85,10 @@ class OutputProducer(faust_aiokafka.Producer):
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 while self._pending:
-                    topic, key, value = self._pending.popleft()
+                    topic, key, value, partition = self._pending.popleft()
                     try:
-                        await outputs.send(topic, value, key=key)  # appends to a batch
+                        # Appends to a batch.
+                        await outputs.send(topic, value, key=key, partition=partition)
                     except MessageSizeTooLargeError:
                         # Outputs are bounded (venn.fields); one that is not must not stop
                         # every later one: count it, say which, go on.
@@ -101,6 +105,11 @@ class OutputProducer(faust_aiokafka.Producer):
             log.exception("the output sender failed; stopping the worker")
             self._idle.set()
             await self.crash(exc)
+
+    async def flush_state(self) -> None:
+        """Wait until every table row written so far is in its changelog (not the
+        outputs): rows that must be durable before the outputs that follow them."""
+        await super().flush()
 
     async def flush(self) -> None:
         await super().flush()

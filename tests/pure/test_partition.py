@@ -209,7 +209,7 @@ def test_a_held_device_is_declined_until_released() -> None:
     first = part.decide(fleet.cores[0], [Checkin("c1", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
     assert [a.device_id for a in first.assigned] == ["d0"]
     again = part.decide(fleet.cores[0], [Checkin("c2", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
-    assert again.declined == ["c2"] and not again.assigned
+    assert again.declined == [("c2", "")] and not again.assigned
     assert part.release("d0", "a", 0)
     third = part.decide(fleet.cores[0], [Checkin("c3", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
     assert [a.device_id for a in third.assigned] == ["d0"]

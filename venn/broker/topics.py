@@ -40,6 +40,13 @@ STATUS = "venn.status"
 """Scheduler -> job API and dashboard: a snapshot of the plan and the supply every few
 seconds (`venn.core.status`). Key "plan"; compacted, so a reader starts from the latest."""
 
+LEASES = "venn.leases"
+"""Scheduler workers to one another: lease grants, recalls, offers, answers, reports and
+device releases (`venn.events.LeaseMessage`), so that any number of workers share the
+check-in partitions (`venn.core.partition`). Key: the job id, or the device id of a
+release; a message to a check-in partition goes to that partition. Only schedulers
+write it."""
+
 ALL_TOPICS: tuple[str, ...] = (
     CHECKINS,
     JOBS,
@@ -50,6 +57,7 @@ ALL_TOPICS: tuple[str, ...] = (
     REPLIES,
     REVOCATIONS,
     STATUS,
+    LEASES,
 )
 
 DEAD_LETTER_OWNER: dict[str, str] = {
@@ -61,6 +69,7 @@ DEAD_LETTER_OWNER: dict[str, str] = {
     REPLIES: "gateway",
     REVOCATIONS: "scheduler",
     STATUS: "gateway",
+    LEASES: "scheduler",
 }
 """The one service that dead-letters a malformed record of each topic, so every bad record
 gets exactly one dead letter; every other reader skips it and counts it. (The scheduler

@@ -36,6 +36,7 @@ class PendingOffer(msgspec.Struct, kw_only=True, frozen=True):
     checkin_id: str
     speed_ms_per_sample: float
     bandwidth_kbps: float
+    reply_to: str = ""
 
 
 class PartitionRow(msgspec.Struct, kw_only=True, frozen=True):
@@ -56,6 +57,7 @@ class Checkin:
     tier: int
     speed_ms_per_sample: float = 0.0
     bandwidth_kbps: float = 0.0
+    reply_to: str = ""  # where the gateway waits for an answer ("" for none)
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ class Decided:
     assigned: list[Assigned] = field(default_factory=list)
     offers: list[Offer] = field(default_factory=list)
     reports: list[LeaseReport] = field(default_factory=list)
-    declined: list[str] = field(default_factory=list)  # check-in ids that got nothing
+    declined: list[tuple[str, str]] = field(default_factory=list)
+    """(check-in id, reply_to) of the check-ins that got nothing."""
     held: list[str] = field(default_factory=list)  # check-in ids waiting for an answer
     touched: set[str] = field(default_factory=set)  # jobs whose row changed
 
@@ -169,7 +172,7 @@ class CheckinPartition:
         us: Sequence[float] | None = None
         for i, c in enumerate(checkins):
             if self.busy(core, c.device_id):
-                out.declined.append(c.checkin_id)
+                out.declined.append((c.checkin_id, c.reply_to))
                 continue
             sig = int(core.index.signature_of_slot[c.slot])
             if sig >= core.table(now).counts.shape[0]:
@@ -188,7 +191,7 @@ class CheckinPartition:
                 self.rule.backstop,
             )
             if job < 0:
-                out.declined.append(c.checkin_id)
+                out.declined.append((c.checkin_id, c.reply_to))
                 continue
             job_id, rnd = core.round_of(job)
             out.touched.add(job_id)
@@ -200,6 +203,7 @@ class CheckinPartition:
                     checkin_id=c.checkin_id,
                     speed_ms_per_sample=c.speed_ms_per_sample,
                     bandwidth_kbps=c.bandwidth_kbps,
+                    reply_to=c.reply_to,
                 )
                 self._offered_devices.add(c.device_id)
                 out.offers.append(offer)
@@ -261,7 +265,7 @@ class CheckinPartition:
         ):
             self._assign(core, js.idx, held.checkin_id, held.device_id, held, now, out)
         else:
-            out.declined.append(held.checkin_id)
+            out.declined.append((held.checkin_id, held.reply_to))
         return out
 
     # -- durable state -----------------------------------------------------------------

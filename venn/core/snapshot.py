@@ -81,6 +81,17 @@ def restore_job(scheduler: Scheduler, data: Snapshot, now: float) -> bool:
     if not scheduler.add_job(spec, float(data["registered_at"])):
         return False
     js = scheduler.jobs[spec.job_id]
+    _write_round(js, data)
+    if js.round_open:
+        for device in data["devices"]:
+            js.devices.add(device)
+            scheduler.active_devices[device] = (spec.job_id, js.round_index)
+    # The core files its open jobs incrementally: tell it this one was written.
+    scheduler.touch(spec.job_id)
+    return True
+
+
+def _write_round(js: JobState, data: Snapshot) -> None:
     js.rounds_done = int(data["rounds_done"])
     js.attempts = int(data["attempts"])
     js.round_index = int(data["round_index"])
@@ -96,10 +107,23 @@ def restore_job(scheduler: Scheduler, data: Snapshot, now: float) -> bool:
     js.service = int(data["service"])
     js.sched_delays = deque((float(x) for x in data["sched_delays"]), maxlen=10)
     js.response_times = deque((float(x) for x in data["response_times"]), maxlen=10)
+
+
+def sync_job(scheduler: Scheduler, data: Snapshot, now: float) -> None:
+    """Bring a replica's job to its owner's latest snapshot (a worker deciding check-ins
+    for jobs another worker owns). While the snapshot shows the round the replica has
+    open, the replica keeps its own count of the round's remaining demand (the
+    snapshot's is the one at the round's start); a new round, or its end, is taken
+    whole. Devices are not copied: the check-in partitions keep them."""
+    job_id = str(data["spec"]["job_id"])
+    js = scheduler.jobs.get(job_id)
+    if js is None:
+        restore_job(scheduler, {**data, "devices": []}, now)
+        return
+    same = (int(data["round_index"]), bool(data["round_open"]), int(data["attempts"]))
+    if same == (js.round_index, js.round_open, js.attempts):
+        return
     if js.round_open:
-        for device in data["devices"]:
-            js.devices.add(device)
-            scheduler.active_devices[device] = (spec.job_id, js.round_index)
-    # The core files its open jobs incrementally: tell it this one was written.
-    scheduler.touch(spec.job_id)
-    return True
+        scheduler.close_round(job_id, js.round_index, now, False)
+    _write_round(js, data)
+    scheduler.touch(job_id)

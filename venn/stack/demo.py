@@ -14,6 +14,7 @@ import dataclasses
 import shutil
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from venn.audit.migrate import upgrade_database
 from venn.audit.models import JobAudit, RoundAudit
 from venn.broker import security
 from venn.broker.local import describe, local_broker, resolve_kind
+from venn.broker.process import free_port
 from venn.core.model import JobSpec
 from venn.data import DATA_DIR
 from venn.events import Event
@@ -75,6 +77,12 @@ class DemoConfig:
     timeout_s: float = 600.0  # wall seconds before unfinished jobs are cancelled
     partitions: int = 4
     capture_topics: tuple[str, ...] = ()  # read back into DemoResult.events before teardown
+    workers: int = 1  # scheduler workers; more than one runs the leased mode
+    scheduler_mode: str = ""  # single | leased; empty: leased with 2+ workers, else single
+
+    @property
+    def mode(self) -> str:
+        return self.scheduler_mode or ("leased" if self.workers > 1 else "single")
 
 
 @dataclass
@@ -97,6 +105,10 @@ class DemoResult:
     database_url: str = ""
     broker: str = ""  # "Apache Kafka 4.1.1 on 127.0.0.1:PORT"
     database: str = ""  # "PostgreSQL 18.6", or the URL given
+    scheduler_mode: str = "single"
+    workers: dict[str, int] = field(default_factory=dict)
+    """Scheduler worker -> check-ins it decided (read from its /metrics at the end; -1
+    if it was no longer running)."""
 
     @property
     def jobs_total(self) -> int:
@@ -129,6 +141,8 @@ class DemoResult:
             "fleet": self.fleet,
             "broker": self.broker,
             "database": self.database,
+            "scheduler_mode": self.scheduler_mode,
+            "workers": self.workers,
         }
 
 
@@ -140,6 +154,9 @@ class DemoHandles:
     fleet: Any = None  # FleetStats
     clock: TraceClock | None = None
     phase: str = "starting"
+    settings: Settings | None = None  # the stack's, once it runs
+    run_dir: Path | None = None
+    worker_ports: dict[str, int] = field(default_factory=dict)  # worker -> its web port
 
 
 def _audit_counts(url: str) -> tuple[int, int]:
@@ -164,6 +181,19 @@ async def _wait_recorded(url: str, rounds: int, finished: int, timeout: float) -
             break
         await asyncio.sleep(0.3)
     return counts
+
+
+def _checkins_decided(port: int) -> int:
+    """venn_scheduler_checkins_total of the worker on ``port``; -1 if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5.0) as resp:
+            body = resp.read().decode()
+    except OSError:
+        return -1
+    for line in body.splitlines():
+        if line.startswith("venn_scheduler_checkins_total "):
+            return int(float(line.split()[1]))
+    return -1
 
 
 async def run_demo(
@@ -217,10 +247,16 @@ async def run_demo(
             )  # fmt: skip
         await prepare_topics(settings)
         await asyncio.to_thread(upgrade_database, db_url)
-        for spec in default_services_for_demo():
-            env = service_env(settings.for_role(spec.name), config.policy, config.trace_seed)
+        settings = dataclasses.replace(settings, scheduler_mode=config.mode)
+        handles.settings, handles.run_dir = settings, run
+        for spec in default_services_for_demo(config.workers):
+            role = "scheduler" if spec.name.startswith("scheduler") else spec.name
+            env = service_env(settings.for_role(role), config.policy, config.trace_seed)
+            if role == "scheduler":
+                port = handles.worker_ports[spec.name] = free_port()
+                env["VENN_SCHEDULER_WEB_PORT"] = str(port)
             start_service(run, spec, env, detached=False)
-        if not await wait_scheduler_ready(settings):
+        if not await wait_scheduler_ready(settings, members=config.workers):
             raise RuntimeError("scheduler not ready:\n" + log_tail(run, "scheduler"))
         startup_s = time.monotonic() - started
 
@@ -265,6 +301,10 @@ async def run_demo(
         closed = sum(o.attempts for o in outcomes.values())
         finished = sum(o.finished for o in outcomes.values())
         audit_rounds, audit_finished = await _wait_recorded(db_url, closed, finished, 20.0)
+        workers = {
+            name: await asyncio.to_thread(_checkins_decided, port)
+            for name, port in handles.worker_ports.items()
+        }
         admin = settings.for_role(security.ADMIN)
         captured = await read_topics(
             settings.broker, config.capture_topics, options=admin.kafka_options
@@ -288,6 +328,8 @@ async def run_demo(
             database_url=db_url,
             broker=describe(broker.kind, broker.version, broker.bootstrap),
             database=database_description,
+            scheduler_mode=config.mode,
+            workers=workers,
         )
     finally:
         handles.phase = "stopping"

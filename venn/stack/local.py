@@ -101,8 +101,9 @@ def default_services() -> list[ServiceSpec]:
     return [scheduler_spec(), recorder_spec(), gateway_spec()]
 
 
-async def wait_scheduler_ready(settings: Settings, timeout: float = 90.0) -> bool:
-    """Wait until the scheduler's consumer group is stable (its agents are reading)."""
+async def wait_scheduler_ready(settings: Settings, timeout: float = 90.0, members: int = 1) -> bool:
+    """Wait until the scheduler's consumer group is stable with at least ``members``
+    workers (its agents are reading)."""
     deadline = time.monotonic() + timeout
     options = settings.for_role(security.ADMIN).kafka_options
     admin = AIOKafkaAdminClient(
@@ -117,7 +118,8 @@ async def wait_scheduler_ready(settings: Settings, timeout: float = 90.0) -> boo
                 groups = []
             for response in groups:
                 for group in response.to_object().get("groups", []):
-                    if group.get("state") == "Stable" and group.get("members"):
+                    stable = group.get("state") == "Stable"
+                    if stable and len(group.get("members") or ()) >= members:
                         return True
             await asyncio.sleep(0.5)
     finally:

@@ -25,8 +25,10 @@ class ServiceSpec:
         return [sys.executable, *self.args]
 
 
-def scheduler_spec() -> ServiceSpec:
-    return ServiceSpec("scheduler", ("-m", "services.scheduler", "worker", "-l", "warn"))
+def scheduler_spec(worker: int = 1) -> ServiceSpec:
+    """Scheduler worker ``worker`` (1, 2, ...): "scheduler", "scheduler-2", ..."""
+    name = "scheduler" if worker == 1 else f"scheduler-{worker}"
+    return ServiceSpec(name, ("-m", "services.scheduler", "worker", "-l", "warn"))
 
 
 def recorder_spec() -> ServiceSpec:
@@ -100,6 +102,6 @@ def log_tail(run_dir: str | Path, name: str, lines: int = 20) -> str:
         return ""
 
 
-def default_services_for_demo() -> list[ServiceSpec]:
+def default_services_for_demo(workers: int = 1) -> list[ServiceSpec]:
     """What a demo needs besides its in-process fleet and coordinators."""
-    return [scheduler_spec(), recorder_spec()]
+    return [*(scheduler_spec(w) for w in range(1, workers + 1)), recorder_spec()]
