@@ -134,8 +134,12 @@ class LeaseOwner:
         self.table = table
         self.book = LeaseBook(rule)
 
-    def load(self, owned: Collection[int] | None) -> None:
+    def load(self, owned: Collection[int] | None) -> set[str]:
+        """Restore the books of the owned partitions; returns the jobs whose row could
+        not be read (their rounds must not be leased again: what their partitions hold
+        is unknown)."""
         self.book = LeaseBook(self.rule)
+        unreadable: set[str] = set()
         for key, row in list(self.table.items()):
             if not str(key).startswith("o:"):
                 continue
@@ -145,6 +149,8 @@ class LeaseOwner:
                 self.book.restore(msgspec.convert(row["book"], OwnedRoundRow))
             except (KeyError, TypeError, ValueError, msgspec.ValidationError):
                 log.exception("cannot restore lease book row %r; skipped", key)
+                unreadable.add(str(key).removeprefix("o:"))
+        return unreadable
 
     def leased(self, job_id: str, round_index: int) -> bool:
         return bool(self.book.granted(job_id, round_index))

@@ -208,11 +208,16 @@ class SchedulerState:
         owner = self.lease_owner
         if owner is None:
             return
-        owner.load(owned)
+        unreadable = owner.load(owned)
         for job_id, js in self.core.jobs.items():
-            if js.round_open and not owner.leased(job_id, js.round_index):
-                # Opened before its book was written (or in the single mode): lease what
-                # is left of it now.
+            if (
+                js.round_open
+                and job_id not in unreadable
+                and not owner.leased(job_id, js.round_index)
+            ):
+                # No book: the round opened in the single mode, or the worker stopped
+                # before its book was written, and so before any grant went out (rows go
+                # first): lease what is left of it now.
                 partition = int(self.rows[job_id]["partition"])
                 self.backlog += owner.open(job_id, js.round_index, js.remaining, partition, now)
 

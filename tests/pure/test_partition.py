@@ -7,12 +7,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from venn.core import make_scheduler
-from venn.core.lease import Answer, Grant, LeaseBook, LeaseRule, Message, Offer, Recall, Report
+from venn.core.lease import (
+    Answer,
+    Grant,
+    LeaseBook,
+    LeaseRule,
+    Message,
+    Offer,
+    OwnedRoundRow,
+    Recall,
+    Report,
+)
 from venn.core.model import JobSpec, Requirement
 from venn.core.partition import (
     Checkin,
@@ -137,8 +148,9 @@ class Fleet:
         """The owner starts afresh from the row of the open round it wrote."""
         row = self.book.export("a")
         self.book = LeaseBook(self.rule)
-        if row is not None:
-            self.book.restore(row)
+        if row is not None:  # through JSON, as the table stores it
+            stored = msgspec.json.decode(msgspec.json.encode(row))
+            self.book.restore(msgspec.convert(stored, OwnedRoundRow))
 
     def next_round(self) -> None:
         if self.rnd + 1 >= len(self.demands):

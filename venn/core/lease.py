@@ -315,7 +315,7 @@ class LeaseBook:
             released=list(rnd.released),
             accepted=list(rnd.accepted),
             recalled=list(rnd.recalled),
-            answers=sorted([p, o, a] for (p, o), a in rnd.answers.items()),
+            answers=sorted([p, o, int(a)] for (p, o), a in rnd.answers.items()),
             tail=rnd.tail,
         )
 
