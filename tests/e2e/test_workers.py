@@ -88,7 +88,7 @@ async def run(
                 "broker_kind": broker_kind,
             }
         )
-        handles, log = DemoHandles(), []
+        handles, log = DemoHandles(), list[str]()
         changes = asyncio.create_task(membership(handles, log))
         result = await run_demo(config, handles)
         await changes  # raises if a change could not be made
