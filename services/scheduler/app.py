@@ -154,6 +154,14 @@ def create_app(
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         now_owned = owned_partitions()
+        if not config.leased and len(now_owned) < partitions:
+            # Another worker holds the rest: each would fill rounds on its own.
+            log.error(
+                "single mode, but this worker holds %d of %d partitions: run one worker, or "
+                "VENN_SCHEDULER_MODE=leased for several",
+                len(now_owned),
+                partitions,
+            )
         if now_owned != owned:
             owned.clear()
             owned.update(now_owned)

@@ -21,11 +21,14 @@ _DEMO = DemoConfig()
 def up(
     policy: Annotated[str, typer.Option(help="Scheduling policy of the scheduler.")] = "venn",
     seed: Annotated[int, typer.Option(help="Seed of randomised policies.")] = 0,
+    workers: Annotated[
+        int, typer.Option(min=1, help="Scheduler workers; more than one runs the leased mode.")
+    ] = 1,
 ) -> None:
     """Start the embedded stack detached: broker, topics, DB migrations, scheduler, recorder."""
     from venn.stack.local import up as stack_up
 
-    info = stack_up(Settings.from_env(), policy, seed)
+    info = stack_up(Settings.from_env(), policy, seed, workers=workers)
     console = Console()
     console.print(f"broker    {info.broker_description}")
     console.print(f"database  {info.database_description}")
@@ -85,6 +88,9 @@ def demo(
     ] = "",
     seed: Annotated[int | None, typer.Option(help="Workload sampling seed.")] = None,
     timeout: Annotated[float, typer.Option(help="Wall seconds before giving up.")] = 600.0,
+    workers: Annotated[
+        int, typer.Option(min=1, help="Scheduler workers; more than one runs the leased mode.")
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run a workload end to end on a private embedded stack, with live progress."""
@@ -102,6 +108,8 @@ def demo(
         database_url=database_url or os.environ.get("VENN_DATABASE_URL", ""),
         broker_kind=broker_kind or os.environ.get("VENN_BROKER_KIND", "auto"),
         timeout_s=timeout,
+        workers=workers,
+        scheduler_mode=os.environ.get("VENN_SCHEDULER_MODE", ""),
     )
     handles = DemoHandles()
     if as_json:
@@ -119,6 +127,8 @@ def demo(
             f"{result.assignments} assignments, {result.audit_rounds} audit rows; "
             f"wall {result.wall_s:.0f} s + {result.startup_s:.0f} s start-up"
         )
+        decided = ", ".join(f"{name} {n}" for name, n in result.workers.items())
+        console.print(f"scheduler ({result.scheduler_mode}): check-ins decided: {decided}")
     if result.jobs_finished < result.jobs_total:
         raise typer.Exit(1)
 

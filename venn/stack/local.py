@@ -97,8 +97,9 @@ def gateway_spec() -> ServiceSpec:
     return ServiceSpec("gateway", ("-m", "services.gateway", "--log-level", "WARNING"))
 
 
-def default_services() -> list[ServiceSpec]:
-    return [scheduler_spec(), recorder_spec(), gateway_spec()]
+def default_services(workers: int = 1) -> list[ServiceSpec]:
+    schedulers = [scheduler_spec(w) for w in range(1, workers + 1)]
+    return [*schedulers, recorder_spec(), gateway_spec()]
 
 
 async def wait_scheduler_ready(settings: Settings, timeout: float = 90.0, members: int = 1) -> bool:
@@ -173,10 +174,17 @@ def start_database(settings: Settings) -> tuple[Settings, str]:
     return dataclasses.replace(settings, database_url=url), f"PostgreSQL {server_version()} {url}"
 
 
-def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = True) -> StackInfo:
-    """Start (or reuse) the detached broker, database and services of ``settings.run_dir``;
-    with ``wait``, return once the scheduler's consumer group is stable."""
+def up(
+    settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = True, workers: int = 1
+) -> StackInfo:
+    """Start (or reuse) the detached broker, database and services of ``settings.run_dir``
+    (``workers`` scheduler workers: more than one runs the leased mode); with ``wait``,
+    return once the scheduler's consumer group is stable with them all."""
+    if workers < 1:
+        raise ValueError("workers must be >= 1")
     settings = absolute(settings)
+    if workers > 1:
+        settings = dataclasses.replace(settings, scheduler_mode="leased")
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
     settings, broker_description = start_broker(settings)
@@ -193,11 +201,17 @@ def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = Tru
         or free_port(settings.scheduler_web_host),
         recorder_port=ports.get("recorder") or settings.recorder_port or free_port(),
     )
-    for spec in default_services():
+    worker_ports = {"scheduler": settings.scheduler_web_port}
+    for spec in default_services(workers):
+        role = "scheduler" if spec.name.startswith("scheduler") else spec.name
+        env = service_env(settings.for_role(role), policy, seed)
+        if role == "scheduler" and spec.name != "scheduler":
+            port = worker_ports[spec.name] = ports.get(spec.name) or free_port()
+            env["VENN_SCHEDULER_WEB_PORT"] = str(port)
         if spec.name not in alive:
             # Each service signs in to Kafka as itself (venn.broker.security.access).
-            start_service(run, spec, service_env(settings.for_role(spec.name), policy, seed))
-    if wait and not asyncio.run(wait_scheduler_ready(settings)):
+            start_service(run, spec, env)
+    if wait and not asyncio.run(wait_scheduler_ready(settings, members=workers)):
         raise RuntimeError(f"the scheduler did not become ready; see {run / 'scheduler.log'}")
     if wait:
         for name, host, port in (
@@ -217,7 +231,7 @@ def up(settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = Tru
     record: dict[str, object] = {name: getattr(settings, name) for name in STACK_FIELDS}
     record["ports"] = {
         "gateway": settings.gateway_port,
-        "scheduler": settings.scheduler_web_port,
+        **worker_ports,
         "recorder": settings.recorder_port,
     }
     (run / STACK_FILE).write_text(json.dumps({**record, "policy": policy}))
