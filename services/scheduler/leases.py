@@ -37,6 +37,7 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from services.scheduler.config import SchedulerConfig
+from services.scheduler.outputs import assignment, assignment_batch
 from venn import events as ev
 from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
@@ -357,26 +358,18 @@ class LeasedCheckins:
         by_job: dict[str, list[ev.Assignment]] = {}
         for a in decided.assigned:
             by_job.setdefault(a.job_id, []).append(
-                ev.Assignment(
-                    event_id=f"asg:{a.checkin_id}:{a.job_id}:{a.round_index}",
-                    time=now,
-                    job_id=a.job_id,
-                    round_index=a.round_index,
-                    device_id=a.device_id,
-                    task_url=self.config.task_url(a.job_id, a.round_index),
-                    speed_ms_per_sample=a.speed_ms_per_sample,
-                    bandwidth_kbps=a.bandwidth_kbps,
+                assignment(
+                    a.checkin_id,
+                    a.device_id,
+                    a.job_id,
+                    a.round_index,
+                    self.config.task_url(a.job_id, a.round_index),
+                    a.speed_ms_per_sample,
+                    a.bandwidth_kbps,
+                    now,
                 )
             )
-        for job_id, items in by_job.items():
-            out.append(
-                ev.AssignmentBatch(
-                    event_id=f"asgb:{source_id}:{job_id}",
-                    time=now,
-                    job_id=job_id,
-                    assignments=items,
-                )
-            )
+        out += [assignment_batch(source_id, job, items, now) for job, items in by_job.items()]
         messages: list[Message] = [*decided.offers, *decided.reports]
         out.extend(to_event(m, now) for m in messages)
         declined: dict[str, list[str]] = {}

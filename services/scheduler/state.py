@@ -42,6 +42,7 @@ from services.scheduler import metrics
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
 from services.scheduler.leases import LeasedCheckins, LeaseOwner, release_event
+from services.scheduler.outputs import assignment, assignment_batch
 from venn import events as ev
 from venn.auth import AuthError, check_job_event
 from venn.checkin_columns import CheckinColumns
@@ -456,20 +457,19 @@ class SchedulerState:
             metrics.PLAN_RECOMPUTE.observe(time.perf_counter() - started)
         if decision is None:
             return None
-        # Stable across a replay that decides the same, distinct otherwise.
-        event_id = f"asg:{event.event_id}:{decision.job_id}:{decision.round_index}"
-        self.decided.add(event_id)
-        self.held_since[event.device_id] = now
-        return ev.Assignment(
-            event_id=event_id,
-            time=now,
-            job_id=decision.job_id,
-            round_index=decision.round_index,
-            device_id=event.device_id,
-            task_url=self.config.task_url(decision.job_id, decision.round_index),
-            speed_ms_per_sample=event.speed_ms_per_sample,
-            bandwidth_kbps=event.bandwidth_kbps,
+        out = assignment(
+            event.event_id,
+            event.device_id,
+            decision.job_id,
+            decision.round_index,
+            self.config.task_url(decision.job_id, decision.round_index),
+            event.speed_ms_per_sample,
+            event.bandwidth_kbps,
+            now,
         )
+        self.decided.add(out.event_id)
+        self.held_since[event.device_id] = now
+        return out
 
     def _release_if_overdue(self, device_id: str, now: float) -> None:
         """A device still holding an assignment past its job's round deadline took the task
@@ -564,30 +564,22 @@ class SchedulerState:
             js = self.core.by_idx[idx]
             job_id, rnd = js.spec.job_id, js.round_index
             url = self.config.task_url(job_id, rnd)
-            tail = f":{job_id}:{rnd}"
             items = [
-                ev.Assignment(
-                    event_id=f"asg:{cols.event_ids[i]}{tail}",
-                    time=now,
-                    job_id=job_id,
-                    round_index=rnd,
-                    device_id=cols.device_ids[i],
-                    task_url=url,
-                    speed_ms_per_sample=speeds[i],
-                    bandwidth_kbps=bandwidths[i],
+                assignment(
+                    cols.event_ids[i],
+                    cols.device_ids[i],
+                    job_id,
+                    rnd,
+                    url,
+                    speeds[i],
+                    bandwidths[i],
+                    now,
                 )
                 for i in assigned[jobs == idx].tolist()
             ]
             self.decided.update(a.event_id for a in items)
             self.held_since.update(dict.fromkeys((a.device_id for a in items), now))
-            out.append(
-                ev.AssignmentBatch(
-                    event_id=f"asgb:{cols.event_id}:{job_id}",
-                    time=now,
-                    job_id=job_id,
-                    assignments=items,
-                )
-            )
+            out.append(assignment_batch(cols.event_id, job_id, items, now))
         return out
 
     # -- venn.assignments (read back on the job's partition) ---------------------------

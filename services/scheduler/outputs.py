@@ -1,0 +1,40 @@
+"""The scheduler's assignments and their ids, in both modes.
+
+An assignment's id is fixed by the check-in and the round it went to, so a replay that
+decides the same publishes the same id (read back once), and one that decides otherwise
+a distinct one."""
+
+from __future__ import annotations
+
+from venn import events as ev
+
+
+def assignment(
+    checkin_id: str,
+    device_id: str,
+    job_id: str,
+    round_index: int,
+    task_url: str,
+    speed_ms_per_sample: float,
+    bandwidth_kbps: float,
+    now: float,
+) -> ev.Assignment:
+    return ev.Assignment(
+        event_id=f"asg:{checkin_id}:{job_id}:{round_index}",
+        time=now,
+        job_id=job_id,
+        round_index=round_index,
+        device_id=device_id,
+        task_url=task_url,
+        speed_ms_per_sample=speed_ms_per_sample,
+        bandwidth_kbps=bandwidth_kbps,
+    )
+
+
+def assignment_batch(
+    source_id: str, job_id: str, items: list[ev.Assignment], now: float
+) -> ev.AssignmentBatch:
+    """The assignments a check-in batch (or a lease message) ``source_id`` gave one job."""
+    return ev.AssignmentBatch(
+        event_id=f"asgb:{source_id}:{job_id}", time=now, job_id=job_id, assignments=items
+    )
