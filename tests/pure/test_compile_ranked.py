@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from venn.core import POLICIES, JobSpec, Requirement, make_scheduler
-from venn.core.dispatch import DispatchTable, overtake_count
+from venn.core.dispatch import DispatchTable, overtake_count, overtake_counts
 from venn.core.matching import TierModel
 from venn.core.open_jobs import OpenJobs
 
@@ -155,3 +155,26 @@ def test_ranked_budgets_stop_at_the_first_overtake_in_a_section(
     if not c.first.uniform:
         for head in {h for h in c.first.heads() if h >= 0}:
             assert c.ranked.budget[head] >= c.first.budget[head] or c.first.budget[head] < 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 10**5),
+            st.sampled_from([1.0, 0.5, 2.0, 0.37, 1.9, 3.3]),
+            st.integers(0, 40),
+            st.integers(1, 10**5),
+            st.sampled_from([1.0, 0.5, 2.0, 0.37, 1.9, 3.3]),
+            st.integers(0, 40),
+        ),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_overtake_counts_match_one_by_one(
+    pairs: list[tuple[int, float, int, int, float, int]],
+) -> None:
+    cols = [np.array(c) for c in zip(*pairs, strict=True)]
+    got = overtake_counts(*cols).tolist()
+    assert got == [overtake_count(*p) for p in pairs]

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from venn.core.dispatch import NO_LIMIT, DispatchTable, overtake_count
+from venn.core.dispatch import NO_LIMIT, DispatchTable, overtake_count, overtake_counts
 from venn.core.open_jobs import OpenEntry, OpenJobs
 from venn.core.policies.base import Policy, PolicyView
 
@@ -261,12 +261,20 @@ class TableCompiler:
             listed &= sec_ahead == sec_behind
         width = len(budget) + 1
         pairs = np.unique(ahead[listed] * width + behind[listed])
+        if not len(pairs):
+            return
+        a_idx, b_idx = np.divmod(pairs, width)
+        listed_jobs = np.unique(pairs // width).tolist() + np.unique(pairs % width).tolist()
         entries = jobs.entries
-        for a_idx, b_idx in zip(*np.divmod(pairs, width), strict=True):
-            a, b = entries[int(a_idx)], entries[int(b_idx)]
-            limit = overtake_count(b.remaining, b.weight, b.idx, a.remaining, a.weight, a.idx)
-            if limit < budget[b.idx]:
-                budget[b.idx] = limit
+        remaining = np.zeros(len(budget), dtype=np.int64)
+        weight = np.ones(len(budget), dtype=np.float64)
+        for idx in set(listed_jobs):
+            e = entries[idx]
+            remaining[idx], weight[idx] = e.remaining, e.weight
+        limits = overtake_counts(
+            remaining[b_idx], weight[b_idx], b_idx, remaining[a_idx], weight[a_idx], a_idx
+        )
+        np.minimum.at(budget, b_idx, limits)
 
     def _row_sections(
         self, sig_matrix: np.ndarray, table: np.ndarray | None, k: int
