@@ -5,8 +5,10 @@ three, to two, to one; every job finishes and every invariant of design.md holds
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -42,17 +44,20 @@ CONFIG = DemoConfig(
         topics.ROUNDS,
     ),
 )
+Run = tuple[DemoResult, list[str], list[float]]
+"""The demo's result, the membership changes made and when (wall clock)."""
 JOIN_S, LEAVE_S, KILL_S = 8.0, 22.0, 36.0
 """Wall seconds after the workload starts: worker 3 joins, worker 2 leaves, worker 3 is
 killed; worker 1 runs throughout."""
 
 
-async def membership(handles: DemoHandles, log: list[str]) -> None:
+async def membership(handles: DemoHandles, log: list[str], times: list[float]) -> None:
     while handles.phase != "running":
         await asyncio.sleep(0.2)
     assert handles.settings is not None and handles.run_dir is not None
     run, settings = handles.run_dir, handles.settings
     start = asyncio.get_running_loop().time()
+    times.append(time.time())
 
     async def at(seconds: float) -> None:
         await asyncio.sleep(max(0.0, start + seconds - asyncio.get_running_loop().time()))
@@ -64,18 +69,21 @@ async def membership(handles: DemoHandles, log: list[str]) -> None:
     env["VENN_SCHEDULER_WEB_PORT"] = str(port)
     start_service(run, spec, env, detached=False)
     log.append("scheduler-3 joined")
+    times.append(time.time())
     await at(LEAVE_S)
     assert await asyncio.to_thread(stop_pid, running_services(run)["scheduler-2"], 20.0)
     log.append("scheduler-2 left")
+    times.append(time.time())
     await at(KILL_S)
     os.kill(running_services(run)["scheduler-3"], signal.SIGKILL)
     log.append("scheduler-3 killed")
+    times.append(time.time())
 
 
 @pytest.fixture(scope="module")
 async def run(
     broker_kind: str, pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[tuple[DemoResult, list[str]]]:
+) -> AsyncIterator[Run]:
     run_dir = Path(tmp_path_factory.mktemp("workers-run"))
     url = create_database(pg_admin_url, f"venn_workers_{uuid.uuid4().hex[:10]}")
     try:
@@ -88,34 +96,40 @@ async def run(
                 "broker_kind": broker_kind,
             }
         )
-        handles, log = DemoHandles(), list[str]()
-        changes = asyncio.create_task(membership(handles, log))
+        handles, log, times = DemoHandles(), list[str](), list[float]()
+        changes = asyncio.create_task(membership(handles, log, times))
         result = await run_demo(config, handles)
         await changes  # raises if a change could not be made
         # A worker that could not restore a row would lease blind: none may have.
         for path in run_dir.glob("scheduler*.log"):
             assert "cannot restore" not in path.read_text(errors="replace"), path.name
-        yield result, log
+        yield result, log, times
     finally:
         drop_database(url)
 
 
-async def test_membership_changed_mid_run(run: tuple[DemoResult, list[str]]) -> None:
-    result, log = run
+async def test_membership_changed_mid_run(run: Run) -> None:
+    result, log, times = run
     assert log == ["scheduler-3 joined", "scheduler-2 left", "scheduler-3 killed"]
     assert result.scheduler_mode == "leased"
     # The worker that ran throughout decided check-ins; the two that are gone answer no more.
     assert result.workers["scheduler"] > 0
     assert result.workers["scheduler-2"] == result.workers["scheduler-3"] == -1
+    # Devices were assigned with 2, 3, 2 and then 1 worker running (the last phase ends
+    # with the run).
+    made = [a.time for a in invariants.assignments(result.events)]
+    bounds = [*times, float("inf")]
+    for phase, (start, end) in enumerate(itertools.pairwise(bounds)):
+        assert any(start <= t < end for t in made), f"no assignment in phase {phase}"
 
 
-async def test_every_job_finishes(run: tuple[DemoResult, list[str]]) -> None:
-    result, _ = run
+async def test_every_job_finishes(run: Run) -> None:
+    result, _, _ = run
     assert result.jobs_finished == result.jobs_total == CONFIG.jobs
 
 
-async def test_invariants_hold(run: tuple[DemoResult, list[str]]) -> None:
-    result, _ = run
+async def test_invariants_hold(run: Run) -> None:
+    result, _, _ = run
     events = result.events
     assert invariants.assignments(events)
     assert invariants.ineligible(events) == []
