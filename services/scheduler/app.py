@@ -432,12 +432,17 @@ def create_app(
         if stalled and not app.in_recovery:
             await unstall(consumer, stalled)
 
+    refetched: set[tuple[str, int]] = set()
+
     async def unstall(consumer: Any, stalled: list[tuple[str, int, float]]) -> None:
         """A partition Faust left out of its fetch set (paused, or dropped while a stream
-        buffer was full) is put back; one still stalled after twice the stall time stops
-        the worker, which resumes from its committed offsets once restarted."""
+        buffer was full) is put back; one it fetches but delivers nothing of is fetched
+        again from the last record read (stall.py says why); one still stalled after
+        twice the stall time stops the worker, which resumes from its committed offsets
+        once restarted."""
         active = consumer._get_active_partitions()
         by_name = {(tp.topic, tp.partition): tp for tp in consumer.assignment()}
+        refetched.intersection_update((t, p) for t, p, _ in stalled)
         for topic, partition, seconds in stalled:
             tp = by_name[(topic, partition)]
             log.error(
@@ -454,6 +459,16 @@ def create_app(
                 consumer._buffered_partitions.discard(tp)
                 consumer.resume_partitions([tp])
                 metrics.STALL_RESUMED.inc()
+            elif (topic, partition) not in refetched:
+                # Faust's read offset: the last record delivered (or, before the first,
+                # the committed offset); a record delivered twice is a duplicate we skip.
+                offset = consumer._read_offset.get(tp)
+                if offset is None:
+                    offset = consumer._committed_offset.get(tp)
+                if offset is not None:
+                    refetched.add((topic, partition))
+                    await consumer.seek(tp, offset)
+                    metrics.STALL_REFETCHED.inc()
             elif seconds >= 2 * stalls.stall_s:
                 await app.crash(RuntimeError(f"{topic}[{partition}] unread for {seconds:.0f} s"))
 

@@ -58,3 +58,7 @@ LEASE_MESSAGES = Counter(
     "Lease messages published to other workers (leased mode), by kind",
     ["kind"],
 )
+STALL_REFETCHED = Counter(
+    "venn_scheduler_stalled_partitions_refetched",
+    "Stalled input partitions fetched again from the last record read",
+)

@@ -1,18 +1,24 @@
 """Which input partitions have records waiting while the worker reads nothing from them.
 
-A Faust worker can come back from a restart with some partitions assigned but never
-fetched (seen once in CI: after a SIGKILL and restart, venn.jobs sat unread for more than
-three minutes while venn.checkins was served). Nothing else notices: the process is up and
-answers. The worker feeds this watch every few seconds, reports a stalled partition on
-/healthz and in `venn_scheduler_stalled_partitions`, puts it back into Faust's fetch set if
-Faust had left it out, and stops (for its supervisor to restart it) if that does not help.
+A Faust worker can come back from a restart with some partitions assigned and fetched
+but their records never delivered (seen in CI: after a SIGKILL and restart, venn.jobs sat
+unread for more than three minutes while venn.checkins was served; after a replay from
+offset 0, venn.rounds[3]). The likely mechanism is Faust's: when the consumer generation
+changes while it hands out a fetched batch (the dead member's session expiring), it drops
+the rest of the batch (``faust.transport.consumer.Consumer.getmany``), while the client's
+fetch position has already moved past those records; nothing fetches them again until
+newer records arrive. Nothing else notices: the process is up and answers. The worker
+feeds this watch every few seconds, reports a stalled partition on /healthz and in
+`venn_scheduler_stalled_partitions`, puts it back into Faust's fetch set if Faust had left
+it out, or else fetches it again from the last record read, and stops (for its supervisor
+to restart it) if that does not help.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DEFAULT_STALL_S = 60.0
+DEFAULT_STALL_S = 30.0
 
 
 @dataclass
