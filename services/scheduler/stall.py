@@ -3,11 +3,12 @@
 A Faust worker can come back from a restart with some partitions assigned and fetched
 but their records never delivered (seen in CI: after a SIGKILL and restart, venn.jobs sat
 unread for more than three minutes while venn.checkins was served; after a replay from
-offset 0, venn.rounds[3]). The likely mechanism is Faust's: when the consumer generation
-changes while it hands out a fetched batch (the dead member's session expiring), it drops
-the rest of the batch (``faust.transport.consumer.Consumer.getmany``), while the client's
-fetch position has already moved past those records; nothing fetches them again until
-newer records arrive. Nothing else notices: the process is up and answers. The worker
+offset 0, venn.rounds[3]). The cause is not proven. A suspect: when the consumer
+generation changes while Faust hands out a fetched batch, it drops the rest of the batch
+(``faust.transport.consumer.Consumer.getmany``) while the client's fetch position has
+moved past those records; the seek to the committed offsets after a rebalance should
+bring them back, but it is abandoned on a timeout or when another rebalance starts
+(``faust.tables.recovery``). Nothing else notices: the process is up and answers. The worker
 feeds this watch every few seconds, reports a stalled partition on /healthz and in
 `venn_scheduler_stalled_partitions`, puts it back into Faust's fetch set if Faust had left
 it out, or else fetches it again from the last record read, and stops (for its supervisor
