@@ -41,6 +41,7 @@ from venn.core.lease import (
 )
 from venn.core.matching import TierModel
 from venn.core.model import JobSpec
+from venn.core.partition import pick_leased
 from venn.sim.engine import _MESSAGE, SimConfig, Simulation, _Prepared
 from venn.sim.rounds import WINDOW_SLACK_S
 from venn.traces.checkins import CheckinBatch, CheckinSource
@@ -254,41 +255,37 @@ class PartitionedSimulation(Simulation):
             if not row:
                 continue
             q = part_of[c]
-            ok: list[int] = []
-            offer_to = -1
-            for job in row:
-                left = quota.get((q, job))
-                if left is None:
+
+            def left(job: int, q: int = q) -> int:
+                found = quota.get((q, job))
+                if found is None:
                     js = by_idx[job]
                     lease = parts[q]
-                    left = quota[(q, job)] = lease.available(js.spec.job_id, js.round_index)
+                    found = quota[(q, job)] = lease.available(js.spec.job_id, js.round_index)
                     marks[(q, job)] = lease.low_mark(js.spec.job_id, js.round_index)
-                if left > 0:
-                    ok.append(job)
-                    if not uniform:
-                        break
-                elif backstop:
-                    can = may_offer.get((q, job))
-                    if can is None:
-                        js = by_idx[job]
-                        can = parts[q].offers_open(js.spec.job_id, js.round_index)
-                    if can > 0:
-                        may_offer[(q, job)] = can - 1
-                        offer_to = job
-                        break
-            if offer_to >= 0:
-                if offer_to != row[0]:
+                return found
+
+            def offers_open(job: int, q: int = q) -> int:
+                can = may_offer.get((q, job))
+                if can is None:
+                    js = by_idx[job]
+                    can = may_offer[(q, job)] = parts[q].offers_open(js.spec.job_id, js.round_index)
+                return can
+
+            job, offered = pick_leased(row, left, offers_open, uniform, us[c], backstop)
+            if offered:
+                may_offer[(q, job)] -= 1
+                if job != row[0]:
                     self.passed_over += 1
-                offers.append((c, q, offer_to))
+                offers.append((c, q, job))
                 last = c
                 continue
-            if not ok:
+            if job < 0:
                 continue
-            if ok[0] != row[0]:
+            if (left(row[0]) <= 0) if uniform else job != row[0]:
                 self.passed_over += 1
-            job = ok[min(int(us[c] * len(ok)), len(ok) - 1)] if uniform else ok[0]
             last = c
-            left = quota[(q, job)] = quota[(q, job)] - 1
+            rest = quota[(q, job)] = quota[(q, job)] - 1
             mine = positions.get(job)
             if mine is None:
                 mine = positions[job] = [c]
@@ -298,7 +295,7 @@ class PartitionedSimulation(Simulation):
             # The step also ends where the partition's quota of the round runs out: the
             # next check-in there must see the lease as it is then (with the backstop,
             # it can offer once its quota is used, not while it is merely spent here).
-            if len(mine) >= limits[job] or left == marks[(q, job)] or left == 0:
+            if len(mine) >= limits[job] or rest == marks[(q, job)] or rest == 0:
                 break
         if last < 0:
             return None
