@@ -101,6 +101,7 @@ def create_app(
     app = SchedulerApp(
         settings.app_id,
         fetch_wait_ms=settings.scheduler_fetch_wait,
+        state_first=config.leased,  # leases.py: rows before the outputs that need them
         broker=f"kafka://{settings.broker}",
         store="memory://",
         topic_partitions=settings.topic_partitions,
@@ -233,10 +234,6 @@ def create_app(
             quick = partial(checkin_columns, cache=attrs_cache, max_bytes=settings.max_event_bytes)
         elif topic == topics.ASSIGNMENTS:
             quick = state.own_output
-        # Leased mode: rows an event writes are in their changelog before its outputs go.
-        write_ahead = config.leased and topic in (topics.CHECKINS, topics.LEASES, topics.JOBS)
-        producer = app.producer
-        assert isinstance(producer, OutputProducer)
         async for event in stream.events():
             message = event.message
             now = time.time()
@@ -244,11 +241,9 @@ def create_app(
             decoded: ev.Event | CheckinColumns | None = None
             try:
                 state.ensure_loaded(now)
-                if state.backlog:
-                    await producer.flush_state()
-                    for item in state.backlog:
-                        publish(item)
-                    state.backlog.clear()
+                for item in state.backlog:
+                    publish(item)
+                state.backlog.clear()
                 try:
                     if quick is not None:
                         decoded = quick(event.value)
@@ -264,10 +259,7 @@ def create_app(
                 out = handle(decoded, message.partition, now)
                 state.recent.add(decoded.event_id)
                 processed.inc()
-                items = out if isinstance(out, list) else [out] if out is not None else []
-                if write_ahead and items:
-                    await producer.flush_state()
-                for item in items:
+                for item in out if isinstance(out, list) else [out] if out is not None else []:
                     publish(item)
             except ev.InvalidEvent as exc:
                 reason = exc.reason

@@ -12,10 +12,12 @@ Lease messages travel on venn.leases (``LeaseMessage``): to a check-in partition
 partition, to an owner keyed by the job id.
 
 Durable state, in the ``lease`` table, written on the partition of the event that
-changes it: ``o:<job>`` (the owner's book of the job's open round) and ``p:<q>:<job>``
-(partition q's lease of the job with the devices it holds). A worker flushes these rows
-before the outputs of the same event go out, so a restart never meets an assignment
-its restored rows do not account for (``tests/pure/test_partition.py``).
+changes it: ``o:<job>`` (the owner's book of the job's open round), ``p:<q>:<job>``
+(partition q's lease of the job, with the devices held for an offer) and ``h:<q>:<device>``
+(the assignment a device of partition q holds). A worker's outputs wait until the rows
+written before them are in their changelog (``OutputProducer``, one flush for a group of
+outputs), so a restart never meets an assignment its restored rows do not account for
+(``tests/pure/test_partition.py``).
 
 The replica of every job (``Replica``) follows the ``jobs`` table's changelog, where each
 owner writes its jobs' snapshots; it is read-only and rebuilt from the beginning of that
@@ -272,13 +274,19 @@ class LeasedCheckins:
         self.parts = {}
         for key, row in list(self.table.items()):
             key = str(key)
-            if not key.startswith("p:"):
+            kind = key[:2]
+            if kind not in ("p:", "h:"):
                 continue
-            q = int(key.split(":", 2)[1])
+            q_text, name = key[2:].split(":", 1)
+            q = int(q_text)
             if owned is not None and q not in owned:
                 continue
             try:
-                self.part(q).restore(msgspec.convert(row, PartitionRow))
+                if kind == "h:":
+                    job_id, round_index = row
+                    self.part(q).restore_hold(name, str(job_id), int(round_index))
+                else:
+                    self.part(q).restore(msgspec.convert(row, PartitionRow))
             except (KeyError, TypeError, ValueError, msgspec.ValidationError):
                 log.exception("cannot restore lease row %r; skipped", key)
 
@@ -326,7 +334,7 @@ class LeasedCheckins:
         if e.kind == "release":
             assert e.device_id is not None
             if part.release(e.device_id, e.job_id, e.round_index):
-                self._save(q, {e.job_id})
+                self.table.pop(f"h:{q}:{e.device_id}", None)
             return []
         if e.partition != q:
             raise Misrouted(f"a {e.kind} for partition {e.partition} read on partition {q}")
@@ -340,20 +348,25 @@ class LeasedCheckins:
             decided = part.on_answer(self.replica.core, msg, now)
         return self._outputs(decided, q, e.event_id, now)
 
-    def _save(self, q: int, jobs: Collection[str]) -> None:
+    def _save(self, q: int, decided: Decided) -> None:
         part = self.part(q)
-        for job_id in jobs:
+        for job_id in decided.touched:
             row = part.row(job_id)
             if row is None:
                 self.table.pop(f"p:{q}:{job_id}", None)
             else:
                 self.table[f"p:{q}:{job_id}"] = msgspec.to_builtins(row)
+        for device, hold in decided.holds.items():
+            if hold is None:
+                self.table.pop(f"h:{q}:{device}", None)
+            else:
+                self.table[f"h:{q}:{device}"] = list(hold)
 
     def _outputs(self, decided: Decided, q: int, source_id: str, now: float) -> list[ev.Event]:
-        """Rows first (the caller flushes them before the outputs go out), then one
+        """Rows first (the outputs wait for them, see ``OutputProducer``), then one
         assignment batch per job, the lease messages, and the declined check-ins per
         gateway."""
-        self._save(q, decided.touched)
+        self._save(q, decided)
         out: list[ev.Event] = []
         by_job: dict[str, list[ev.Assignment]] = {}
         for a in decided.assigned:

@@ -85,15 +85,20 @@ class OutputProducer(faust_aiokafka.Producer):
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 while self._pending:
-                    topic, key, value, partition = self._pending.popleft()
-                    try:
-                        # Appends to a batch.
-                        await outputs.send(topic, value, key=key, partition=partition)
-                    except MessageSizeTooLargeError:
-                        # Outputs are bounded (venn.fields); one that is not must not stop
-                        # every later one: count it, say which, go on.
-                        metrics.OUTPUT_ERRORS.labels(topic, "too_large").inc()
-                        log.error("dropped an output of %d bytes to %s", len(value), topic)
+                    ready = len(self._pending)
+                    if self.app.state_first:  # type: ignore[attr-defined]
+                        # Every output queued now was queued after the rows it needs.
+                        await super().flush()
+                    for _ in range(ready):
+                        topic, key, value, partition = self._pending.popleft()
+                        try:
+                            # Appends to a batch.
+                            await outputs.send(topic, value, key=key, partition=partition)
+                        except MessageSizeTooLargeError:
+                            # Outputs are bounded (venn.fields); one that is not must not
+                            # stop every later one: count it, say which, go on.
+                            metrics.OUTPUT_ERRORS.labels(topic, "too_large").inc()
+                            log.error("dropped an output of %d bytes to %s", len(value), topic)
                 self._idle.set()
         except asyncio.CancelledError:
             raise
@@ -105,11 +110,6 @@ class OutputProducer(faust_aiokafka.Producer):
             log.exception("the output sender failed; stopping the worker")
             self._idle.set()
             await self.crash(exc)
-
-    async def flush_state(self) -> None:
-        """Wait until every table row written so far is in its changelog (not the
-        outputs): rows that must be durable before the outputs that follow them."""
-        await super().flush()
 
     async def flush(self) -> None:
         await super().flush()
@@ -152,8 +152,13 @@ class _Transport(faust_aiokafka.Transport):
 class SchedulerApp(faust.App):
     """A faust.App whose worker consumer waits at most ``fetch_wait_ms`` per fetch."""
 
-    def __init__(self, *args: Any, fetch_wait_ms: int = 1500, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, fetch_wait_ms: int = 1500, state_first: bool = False, **kwargs: Any
+    ) -> None:
         self.fetch_wait_ms = fetch_wait_ms
+        self.state_first = state_first
+        """Send no output before the table rows written ahead of it are in their changelog
+        (the leased mode): one flush of Faust's producer covers every output queued."""
         super().__init__(*args, **kwargs)
 
     def _new_transport(self) -> TransportT:

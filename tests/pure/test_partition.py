@@ -84,6 +84,11 @@ class Fleet:
                 self.stored[q].pop(job_id, None)
             else:
                 self.stored[q][job_id] = encode_row(row)
+        for device, hold in out.holds.items():
+            if hold is None:
+                self.stored[q].pop(f"h:{device}", None)
+            else:
+                self.stored[q][f"h:{device}"] = msgspec.json.encode(hold)
         self.wire.extend(out.offers)
         self.wire.extend(out.reports)
         for a in out.assigned:
@@ -134,15 +139,19 @@ class Fleet:
             return
         q = self.part_of(device)
         if self.parts[q].release(device, *live):
-            self.apply(q, Decided(touched={live[0]}))
+            self.apply(q, Decided(holds={device: None}))
         del self.live[device]
 
     def restart(self, q: int) -> None:
         """Partition q starts afresh from the rows it wrote (a crash, or a move)."""
         part = self.parts[q] = CheckinPartition(q, self.rule)
         self.cores[q] = self.new_core()
-        for raw in self.stored[q].values():
-            part.restore(decode_row(raw))
+        for key, raw in self.stored[q].items():
+            if key.startswith("h:"):
+                job_id, round_index = msgspec.json.decode(raw)
+                part.restore_hold(key.removeprefix("h:"), job_id, round_index)
+            else:
+                part.restore(decode_row(raw))
 
     def restart_owner(self) -> None:
         """The owner starts afresh from the row of the open round it wrote."""

@@ -8,11 +8,14 @@ device goes to the first candidate of its row the partition holds quota for; wit
 backstop, a candidate ahead of those that it holds no quota for gets the device offered
 instead (the device waits for the owner's answer).
 
-The partition's durable state is one ``PartitionRow`` per job it leases: the lease and
-the devices it assigned to that round which still hold their assignment, together, so
-that a row restored after a crash never has a device's hold without the quota it used
-(or the reverse). A hold ends with the device's release (its result, relayed by the
-owner) or with its round: a hold of a round the core no longer has open is void.
+The partition's durable state is one ``PartitionRow`` per job it leases (the lease and
+the devices held for an offer) and one hold per device holding an assignment made here.
+The caller stores what an event changed (``Decided.touched``, ``Decided.holds``) before
+it sends that event's outputs: a restart may then find a unit of quota used, or a device
+held, for an assignment that never went out (a unit lost, a device idle until its round
+ends), but never an assignment its rows do not account for. A hold ends with the
+device's release (its result, relayed by the owner) or with its round: a hold of a round
+the core no longer has open is void.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ class PartitionRow(msgspec.Struct, kw_only=True, frozen=True):
     """A partition's durable state for one job (its newest round), as stored in a table."""
 
     lease: LeaseRow
-    holds: list[str]  # devices holding an assignment of the round made here
     offered: list[PendingOffer]
 
 
@@ -83,6 +85,8 @@ class Decided:
     """(check-in id, reply_to) of the check-ins that got nothing."""
     held: list[str] = field(default_factory=list)  # check-in ids waiting for an answer
     touched: set[str] = field(default_factory=set)  # jobs whose row changed
+    holds: dict[str, tuple[str, int] | None] = field(default_factory=dict)
+    """Devices whose hold changed: the (job, round) it now holds, None when it ended."""
 
     def extend(self, other: Decided) -> None:
         self.assigned += other.assigned
@@ -91,6 +95,7 @@ class Decided:
         self.declined += other.declined
         self.held += other.held
         self.touched |= other.touched
+        self.holds.update(other.holds)
 
 
 def pick_leased(
@@ -132,9 +137,9 @@ class CheckinPartition:
         self._offered_devices: set[str] = set()
 
     # -- devices -----------------------------------------------------------------------
-    def busy(self, core: Scheduler, device_id: str) -> bool:
+    def busy(self, core: Scheduler, device_id: str, out: Decided | None = None) -> bool:
         """Whether the device holds an assignment of an open round, or waits for an
-        answer; a hold of a round that ended is dropped."""
+        answer; a hold of a round that ended is dropped (and noted in ``out``)."""
         if device_id in self._offered_devices:
             return True
         hold = self.holds.get(device_id)
@@ -144,6 +149,8 @@ class CheckinPartition:
         if js is not None and js.round_open and js.round_index == hold[1]:
             return True
         del self.holds[device_id]
+        if out is not None:
+            out.holds[device_id] = None
         return False
 
     def release(self, device_id: str, job_id: str, round_index: int) -> bool:
@@ -171,7 +178,7 @@ class CheckinPartition:
         core.observe_many(np.array([c.slot for c in checkins]), np.full(len(checkins), now))
         us: Sequence[float] | None = None
         for i, c in enumerate(checkins):
-            if self.busy(core, c.device_id):
+            if self.busy(core, c.device_id, out):
                 out.declined.append((c.checkin_id, c.reply_to))
                 continue
             sig = int(core.index.signature_of_slot[c.slot])
@@ -229,7 +236,7 @@ class CheckinPartition:
         job_id, rnd = core.round_of(job)
         core.table(now)  # accounted against the current table (compiled if need be)
         core.assign_many(job, 1, now)
-        self.holds[device_id] = (job_id, rnd)
+        self.holds[device_id] = out.holds[device_id] = (job_id, rnd)
         out.assigned.append(
             Assigned(checkin_id, device_id, job_id, rnd, c.speed_ms_per_sample, c.bandwidth_kbps)
         )
@@ -277,7 +284,6 @@ class CheckinPartition:
         rnd = lease.round_index
         return PartitionRow(
             lease=lease,
-            holds=sorted(d for d, h in self.holds.items() if h == (job_id, rnd)),
             offered=[p for (j, r, _), p in sorted(self.offered.items()) if (j, r) == (job_id, rnd)],
         )
 
@@ -285,11 +291,13 @@ class CheckinPartition:
         """Take back a job's row (after a restart or a partition moving here)."""
         lease = row.lease
         self.leases.restore(lease)
-        for device in row.holds:
-            self.holds[device] = (lease.job_id, lease.round_index)
         for pending in row.offered:
             self.offered[(lease.job_id, lease.round_index, pending.offer)] = pending
             self._offered_devices.add(pending.device_id)
+
+    def restore_hold(self, device_id: str, job_id: str, round_index: int) -> None:
+        """Take back a stored hold."""
+        self.holds[device_id] = (job_id, round_index)
 
     def forget(self, job_id: str) -> None:
         """The job ended: drop its lease, holds and offered devices."""
