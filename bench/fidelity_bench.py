@@ -5,6 +5,11 @@ coordinators, device fleet) and the simulator on the same jobs and the same synt
 trace, and prints both average JCTs (trace seconds). Writes docs/bench/fidelity.json.
 
     python bench/fidelity_bench.py --jobs 6 --rate 1.0 --arrival-scale 0.01 --speedup 12
+
+`--workers 1,2 --mode leased` runs the pipeline once per worker count in that scheduler mode
+(VENN_SCHEDULER_MODE; default: single for one worker, leased for more); the simulator runs
+once per policy. Rows are keyed policy, or policy/mode/workers when --workers or --mode is
+given; `--out` writes elsewhere (so the single-mode figures are kept).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -42,38 +49,70 @@ def main() -> None:
     ap.add_argument("--arrival-scale", type=float, default=0.01)
     ap.add_argument("--speedup", type=float, default=12.0)
     ap.add_argument("--policies", default="random,venn")
+    ap.add_argument("--workers", default="", help="scheduler workers, e.g. 1,2 (default 1)")
+    ap.add_argument(
+        "--mode",
+        default="",
+        choices=("", "single", "leased"),
+        help="scheduler mode (default: single for 1 worker, leased for more)",
+    )
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
+    keyed = bool(args.workers or args.mode)
+    counts = [int(w) for w in args.workers.split(",")] if args.workers else [1]
     rows = {}
     for policy in args.policies.split(","):
-        cfg = DemoConfig(
-            policy=policy,
-            jobs=args.jobs,
-            rate_per_s=args.rate,
-            speedup=args.speedup,
-            arrival_scale=args.arrival_scale,
-        )
-        result = asyncio.run(run_demo(cfg))
-        sim = simulate(result.jobs, policy, args.rate, cfg.trace_seed, cfg.seed or 0)
-        rows[policy] = {
-            "pipeline_avg_jct_s": result.avg_jct_s,
-            "pipeline_jobs_finished": result.jobs_finished,
-            "pipeline_rounds_failed": result.rounds_failed,
-            "simulator_avg_jct_s": sim,
-            "wall_s": result.wall_s,
-        }
-    table = Table(title=f"Average JCT (trace s): {args.jobs} demo jobs, {args.rate}/s check-ins")
-    for col in ("policy", "pipeline", "simulator", "pipeline wall s"):
+        sim: float | None = None
+        for workers in counts:
+            cfg = DemoConfig(
+                policy=policy,
+                jobs=args.jobs,
+                rate_per_s=args.rate,
+                speedup=args.speedup,
+                arrival_scale=args.arrival_scale,
+                workers=workers,
+                scheduler_mode=args.mode,
+            )
+            started = time.monotonic()
+            result = asyncio.run(run_demo(cfg))
+            if sim is None:  # the same jobs, trace and seed for every worker count
+                sim = simulate(result.jobs, policy, args.rate, cfg.trace_seed, cfg.seed or 0)
+            key = f"{policy}/{cfg.mode}/{workers}" if keyed else policy
+            rows[key] = {
+                "policy": policy,
+                "mode": result.scheduler_mode,
+                "workers": workers,
+                "pipeline_avg_jct_s": result.avg_jct_s,
+                "pipeline_jobs_finished": result.jobs_finished,
+                "pipeline_rounds_failed": result.rounds_failed,
+                "simulator_avg_jct_s": sim,
+                "pipeline_over_simulator": (
+                    round(result.avg_jct_s / sim, 3) if result.avg_jct_s and sim else None
+                ),
+                "checkins_per_worker": result.workers,
+                "wall_s": result.wall_s,
+                "total_wall_s": round(time.monotonic() - started, 1),
+            }
+    title = f"Average JCT (trace s): {args.jobs} demo jobs, {args.rate}/s check-ins"
+    table = Table(title=title)
+    for col in ("run", "pipeline", "simulator", "pipeline / simulator", "pipeline wall s"):
         table.add_column(col, justify="right")
-    for policy, r in rows.items():
+    for key, r in rows.items():
         table.add_row(
-            policy,
+            key,
             f"{r['pipeline_avg_jct_s'] or float('nan'):,.0f}",
             f"{r['simulator_avg_jct_s'] or float('nan'):,.0f}",
+            f"{r['pipeline_over_simulator'] or float('nan'):.2f}",
             f"{r['wall_s']:.0f}",
         )
     Console().print(table)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "loadavg_end": round(os.getloadavg()[0], 2),
+    }
+    out_args = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    args.out.write_text(json.dumps({"args": out_args, "meta": meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -278,14 +278,16 @@ async def _produce_send(
         await producer.stop()
 
 
-async def _consume_all(bootstrap: str, topic: str, expected: int) -> tuple[int, float]:
-    """Read a 4-partition topic from the beginning with getmany; (messages, seconds)."""
+async def _consume_all(
+    bootstrap: str, topic: str, expected: int, partitions: int = 4
+) -> tuple[int, float]:
+    """Read a topic from the beginning with getmany; (messages, seconds)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(4)]
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         got = 0
@@ -396,21 +398,51 @@ async def decision_rate(stack: Any, n: int, batch: int, timeout: float) -> dict[
     }
 
 
+def schedulers_cpu(stack: Any) -> float:
+    """CPU seconds of every scheduler worker of the stack."""
+    return sum(proc_cpu(pid) for pid in stack.scheduler_pids)
+
+
 async def assignment_rate(
-    stack: Any, n: int, demand: int, batch: int, timeout: float
+    stack: Any,
+    n: int,
+    demand: int,
+    batch: int,
+    timeout: float,
+    headroom: float = 1.0,
+    quiet_s: float = 0.0,
+    before_produce: Callable[[], Any] | None = None,
+    seed_supply: int = 0,
 ) -> dict[str, Any]:
-    """(b) n eligible check-ins and demand for all of them: assignments/s on the topic."""
+    """(b) n eligible check-ins and demand for all of them (`headroom` x n in all):
+    assignments/s on the topic. With `quiet_s`, stops once no assignment came for that
+    long (a leased partition may pass over a check-in, so fewer than n may come);
+    `before_produce()` is awaited once the jobs are open. With `seed_supply`, that many
+    check-ins of the same devices' kind are decided before the jobs register (a plan
+    made before any of its devices was seen has no supply for them until the next plan
+    event)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from loadtest.stack import probe_job
     from venn import events as ev
     from venn.broker import topics
 
-    sched = stack.scheduler.pid if stack.scheduler else None
     tok = uuid.uuid4().hex[:6]
     attr = f"bench_{tok}"
-    jobs = [probe_job(f"pipe-{tok}-{j}", attr, demand) for j in range(math.ceil(n / demand))]
+    count = math.ceil(n * headroom / demand)
+    jobs = [probe_job(f"pipe-{tok}-{j}", attr, demand) for j in range(count)]
+    if seed_supply:
+        seed = [
+            (f"seed-{tok}-{i}".encode(), sample_checkin(i, {attr: 2.0}, f"seed-{tok}"))
+            for i in range(seed_supply)
+        ]
+        metric = "venn_scheduler_checkins_total"
+        base = await asyncio.to_thread(stack.scheduler_metric, metric, None)
+        await produce_batches(stack.bootstrap, topics.CHECKINS, as_messages(seed, batch))
+        await wait_metric(stack, metric, None, base + seed_supply, 60)
     await open_jobs(stack, jobs)
+    if before_produce is not None:
+        await before_produce()
     mine = {j.job_id for j in jobs}
     consumer = AIOKafkaConsumer(bootstrap_servers=stack.bootstrap, group_id=None)
     await consumer.start()
@@ -425,7 +457,7 @@ async def assignment_rate(
     ]
     messages = as_messages(values, batch)
     allowed = ev.ALLOWED_ON[topics.ASSIGNMENTS]
-    cpu0 = proc_cpu(sched)
+    cpu0 = schedulers_cpu(stack)
     start = time.perf_counter()
     produce_s = await produce_batches(stack.bootstrap, topics.CHECKINS, messages)
     assigned = 0
@@ -433,6 +465,8 @@ async def assignment_rate(
     deadline = start + timeout
     try:
         while assigned < n and time.perf_counter() < deadline:
+            if quiet_s and time.perf_counter() - last > quiet_s:
+                break
             for records in (await consumer.getmany(timeout_ms=200, max_records=10000)).values():
                 for m in records:
                     for a in ev.assignments_of(ev.decode(m.value, allowed)):
@@ -441,6 +475,7 @@ async def assignment_rate(
                             last = time.perf_counter()
     finally:
         await consumer.stop()
+    cpu = schedulers_cpu(stack) - cpu0
     seconds = last - start
     await stack.publish_jobs(jobs, finish=True)
     return {
@@ -453,9 +488,8 @@ async def assignment_rate(
         "seconds": round(seconds, 3),
         "rate": round(assigned / seconds) if assigned else 0,
         "produce_s": round(produce_s, 3),
-        "scheduler_cpu_us_per_assignment": round(
-            (proc_cpu(sched) - cpu0) / max(assigned, 1) * 1e6, 1
-        ),
+        "scheduler_cpu_us_per_assignment": round(cpu / max(assigned, 1) * 1e6, 1),
+        "scheduler_cpu_us_per_checkin": round(cpu / n * 1e6, 1),
         "completed": assigned >= n,
     }
 
@@ -1074,16 +1108,23 @@ def report_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(markdown: str) -> None:
-    block = f"{MARK_BEGIN}\n{markdown}\n{MARK_END}"
-    text = DOC.read_text() if DOC.exists() else ""
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        _, tail = rest.split(MARK_END, 1)
+def write_doc(
+    markdown: str,
+    doc: Path = DOC,
+    begin: str = MARK_BEGIN,
+    end: str = MARK_END,
+    title: str = "# Performance",
+) -> None:
+    """Put `markdown` between the markers of `doc` (appended, with the markers, if absent)."""
+    block = f"{begin}\n{markdown}\n{end}"
+    text = doc.read_text() if doc.exists() else ""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
         text = head + block + tail
     else:
-        text = (text.rstrip() + "\n\n" if text else "# Performance\n\n") + block + "\n"
-    DOC.write_text(text)
+        text = (text.rstrip() + "\n\n" if text else title + "\n\n") + block + "\n"
+    doc.write_text(text)
 
 
 # -- main ----------------------------------------------------------------------------------
@@ -1117,13 +1158,12 @@ async def settle(
     (when its pid is given) less than `broker_idle_cores`, so that a step does not start
     while the broker still works through the previous one. The broker's own idle use
     grows with what it stores (Tansu keeps every message in memory), so its condition is
-    given up after `broker_timeout` seconds."""
-    pid = stack.scheduler.pid if stack.scheduler else None
+    given up after `broker_timeout` seconds. With several scheduler workers, their sum."""
     start = time.monotonic()
     while time.monotonic() < start + timeout:
-        before, broker_before = proc_cpu(pid), proc_cpu(broker_pid)
+        before, broker_before = schedulers_cpu(stack), proc_cpu(broker_pid)
         await asyncio.sleep(0.5)
-        sched_busy = (proc_cpu(pid) - before) / 0.5
+        sched_busy = (schedulers_cpu(stack) - before) / 0.5
         broker_busy = (proc_cpu(broker_pid) - broker_before) / 0.5 if broker_pid else 0.0
         broker_ok = broker_busy < broker_idle_cores or time.monotonic() > start + broker_timeout
         if sched_busy < idle_cores and broker_ok:

@@ -38,6 +38,7 @@ from venn.broker.publish import KafkaEvents
 from venn.core.model import JobSpec, Requirement
 from venn.fields import ROUNDS_MAX
 from venn.settings import Settings
+from venn.stack.local import wait_scheduler_ready
 from venn.traces.devices import load_device_profiles
 from venn.workloads.loader import tier_requirements
 
@@ -70,6 +71,11 @@ class StackConfig:
     is registered (benchmarks register their own jobs)."""
     profile_dir: Path | None = None
     """Run the scheduler and the gateway under pyinstrument, saving sessions here."""
+    scheduler_mode: str = "single"
+    """VENN_SCHEDULER_MODE: single (one worker owns every partition) or leased."""
+    workers: int = 1
+    """Scheduler worker processes (more than one needs the leased mode); the stack is
+    ready once the scheduler's consumer group is stable with all of them."""
 
 
 def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
@@ -94,13 +100,16 @@ class LoadStack:
         self.run_dir = config.run_dir
         self.broker: LocalBroker | None = None
         self.scheduler: subprocess.Popen[bytes] | None = None
+        """The first scheduler worker (the only one unless `workers` > 1)."""
+        self.schedulers: list[subprocess.Popen[bytes]] = []
         self.gateway: subprocess.Popen[bytes] | None = None
         self.gateway_port = free_port()
         self.settings: Settings | None = None
         self._stop = asyncio.Event()
         self._coordinator: asyncio.Task[dict[str, JobOutcome]] | None = None
         self._logs: list[IO[bytes]] = []
-        self.scheduler_web_port = free_port()
+        self.scheduler_web_ports = [free_port() for _ in range(config.workers)]
+        self.scheduler_web_port = self.scheduler_web_ports[0]
         self.jobs: list[JobSpec] = []
 
     @property
@@ -143,17 +152,22 @@ class LoadStack:
             topic_partitions=cfg.partitions,
             app_id=f"venn-scheduler-lt-{uuid.uuid4().hex[:6]}",
             gateway_port=self.gateway_port,
+            scheduler_mode=cfg.scheduler_mode,
         )
         await prepare_topics(self.settings)
         env = self.env()
         if cfg.scheduler_fetch_wait_ms is not None:
             env["VENN_SCHEDULER_FETCH_WAIT_MS"] = str(cfg.scheduler_fetch_wait_ms)
-        self.scheduler = self._spawn(
-            "scheduler",
-            ["-m", "services.scheduler", "worker", "-l", "warn"],
-            env,
-            new_session=False,
-        )
+        for i, port in enumerate(self.scheduler_web_ports):
+            self.schedulers.append(
+                self._spawn(
+                    "scheduler" if i == 0 else f"scheduler-{i + 1}",
+                    ["-m", "services.scheduler", "worker", "-l", "warn"],
+                    {**env, "VENN_SCHEDULER_WEB_PORT": str(port)},
+                    new_session=False,
+                )
+            )
+        self.scheduler = self.schedulers[0]
         self.gateway = self._spawn(
             "gateway",
             ["-m", "services.gateway", "--workers", str(cfg.gateway_workers)],
@@ -178,6 +192,10 @@ class LoadStack:
                 run_coordinator(self.settings, jobs, 1.0, self._stop)
             )
         try:
+            if cfg.workers > 1 and not await wait_scheduler_ready(
+                self.settings, cfg.ready_timeout_s, members=cfg.workers
+            ):
+                raise TimeoutError(f"no stable group of {cfg.workers} scheduler workers")
             await self._wait_ready()
         except BaseException:
             await self.stop()
@@ -210,6 +228,7 @@ class LoadStack:
         attrs = {k: v for k, v in profiles.attrs[best].items() if k != "speed_ms_per_sample"}
         if not self.config.coordinators:
             attrs = {"probe": 1.0}
+            await self._seed_supply(attrs)
             await self.publish_jobs([probe_job(f"probe-{uuid.uuid4().hex[:6]}", "probe", 1000)])
         deadline = time.monotonic() + self.config.ready_timeout_s
         n = 0
@@ -246,8 +265,44 @@ class LoadStack:
                 )
             await asyncio.sleep(0.2)
 
+    async def _seed_supply(self, attrs: dict[str, float]) -> None:
+        """Until the scheduler has read a fresh check-in with `attrs` (produced straight to
+        venn.checkins): a job registered before any of its devices was seen may get a
+        plan with no supply for them, which is not recomputed until the next plan event
+        (seen in the single mode with 12 partitions: every probe declined)."""
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks=1)
+        await producer.start()
+        try:
+            n = 0
+            while time.monotonic() < deadline:
+                self._check_alive()
+                n += 1
+                checkin = ev.DeviceCheckin(
+                    event_id=f"seed-{uuid.uuid4().hex[:12]}", time=time.time(),
+                    device_id=f"seed-{n}", attrs=attrs, speed_ms_per_sample=60.0,
+                    bandwidth_kbps=12000.0,
+                )  # fmt: skip
+                await KafkaEvents(producer).enqueue(topics.CHECKINS, checkin)
+                await producer.flush()
+                await asyncio.sleep(0.3)
+                try:
+                    fresh = await asyncio.to_thread(
+                        lambda: (
+                            self.scheduler_metric("venn_scheduler_checkins_total")
+                            - self.scheduler_metric("venn_scheduler_stale_checkins_total")
+                        )
+                    )
+                except OSError:
+                    continue  # its web server is not up yet
+                if fresh >= 1:
+                    return
+        finally:
+            await producer.stop()
+
     def _check_alive(self) -> None:
-        for name, proc in (("scheduler", self.scheduler), ("gateway", self.gateway)):
+        named = [(f"scheduler {i + 1}", p) for i, p in enumerate(self.schedulers)]
+        for name, proc in [*named, ("gateway", self.gateway)]:
             if proc is not None and proc.poll() is not None:
                 raise RuntimeError(
                     f"the {name} exited with {proc.returncode}; see {self.run_dir}/{name}.log"
@@ -298,9 +353,19 @@ class LoadStack:
         finally:
             await producer.stop()
 
+    @property
+    def scheduler_pids(self) -> list[int]:
+        return [p.pid for p in self.schedulers]
+
     def scheduler_metric(self, name: str, topic: str | None = None) -> float:
-        """A counter of the scheduler's /metrics page (0 if absent)."""
-        url = f"http://127.0.0.1:{self.scheduler_web_port}/metrics"
+        """A counter of the scheduler's /metrics page (0 if absent), summed over the
+        workers."""
+        return sum(self.worker_metric(port, name, topic) for port in self.scheduler_web_ports)
+
+    @staticmethod
+    def worker_metric(port: int, name: str, topic: str | None = None) -> float:
+        """A counter of one worker's /metrics page (0 if absent)."""
+        url = f"http://127.0.0.1:{port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             text = response.read().decode()
         needle = f'{name}{{topic="{topic}"}} ' if topic else f"{name} "
@@ -333,9 +398,10 @@ class LoadStack:
                     os.killpg(self.gateway.pid, signal.SIGKILL)
                 self.gateway.wait()
             self.gateway = None
-        if self.scheduler is not None:
-            stop_worker(self.scheduler, timeout=10)
-            self.scheduler = None
+        for proc in self.schedulers:
+            stop_worker(proc, timeout=10)
+        self.schedulers.clear()
+        self.scheduler = None
         if self.broker is not None:
             self.broker.stop()
             self.broker = None
