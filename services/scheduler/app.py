@@ -48,7 +48,7 @@ from services.scheduler.config import SchedulerConfig
 from services.scheduler.stall import StallWatch
 from services.scheduler.state import Rejected, SchedulerState, speed_proxies
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
-from services.scheduler.transport import OutputProducer, SchedulerApp
+from services.scheduler.transport import OutputProducer, SchedulerApp, TrackedTable
 from venn import events as ev
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
@@ -101,7 +101,6 @@ def create_app(
     app = SchedulerApp(
         settings.app_id,
         fetch_wait_ms=settings.scheduler_fetch_wait,
-        state_first=config.leased,  # leases.py: rows before the outputs that need them
         broker=f"kafka://{settings.broker}",
         store="memory://",
         topic_partitions=settings.topic_partitions,
@@ -145,8 +144,12 @@ def create_app(
     state = SchedulerState(config, jobs_table, rounds_table, owned_partitions)
     app.scheduler_state = state  # type: ignore[attr-defined]
     replica: leases.Replica | None = None
+    lease_table: TrackedTable | None = None
     if config.leased:
-        lease_table = app.Table(leases.TABLE, key_type=str, partitions=partitions)
+        lease_table = TrackedTable(
+            app, name=leases.TABLE, key_type=str, partitions=partitions, beacon=app.tables.beacon
+        )
+        app.tables.add(lease_table)
         rule = leases.lease_rule(partitions)
         replica = leases.Replica(config)
         state.lease_owner = leases.LeaseOwner(rule, lease_table)
@@ -168,23 +171,32 @@ def create_app(
             owned.update(now_owned)
             state.invalidate()
 
-    def send(topic: str, key: bytes, value: bytes, partition: int | None = None) -> None:
+    def send(
+        topic: str,
+        key: bytes,
+        value: bytes,
+        partition: int | None = None,
+        after: list[Any] | None = None,
+    ) -> None:
         # Buffered, not awaited: Faust flushes the producer before committing offsets, so
         # this stays at-least-once without a round trip per event (see transport.py).
         producer = app.producer
         assert isinstance(producer, OutputProducer)
-        producer.send_output(topic, key, value, partition)
+        producer.send_output(topic, key, value, partition, after)
 
-    def publish(out: ev.Event) -> None:
+    def publish(out: ev.Event, after: list[Any] | None = None) -> None:
+        """``after``: the table rows that must be stored before ``out`` is sent (the
+        leased mode's rows, leases.py)."""
         if isinstance(out, ev.CheckinsDeclined):
-            send(topics.REPLIES, out.reply_to.encode(), ev.encode(out))
+            send(topics.REPLIES, out.reply_to.encode(), ev.encode(out), after=after)
             return
         if isinstance(out, ev.LeaseMessage):
-            send(topics.LEASES, *message(topics.LEASES, out), ev.addressed_partition(out))
+            key, value = message(topics.LEASES, out)
+            send(topics.LEASES, key, value, ev.addressed_partition(out), after)
             metrics.LEASE_MESSAGES.labels(out.kind).inc()
             return
         key, value = message(topics.ASSIGNMENTS, out)
-        send(topics.ASSIGNMENTS, key, value)
+        send(topics.ASSIGNMENTS, key, value, after=after)
         if isinstance(out, ev.AssignmentBatch):
             state.sent_output(out, value)
             metrics.ASSIGNMENTS.inc(len(out.assignments))
@@ -241,8 +253,9 @@ def create_app(
             decoded: ev.Event | CheckinColumns | None = None
             try:
                 state.ensure_loaded(now)
+                rows = lease_table.take_sent() if lease_table is not None else None
                 for item in state.backlog:
-                    publish(item)
+                    publish(item, rows)
                 state.backlog.clear()
                 try:
                     if quick is not None:
@@ -259,8 +272,9 @@ def create_app(
                 out = handle(decoded, message.partition, now)
                 state.recent.add(decoded.event_id)
                 processed.inc()
+                rows = lease_table.take_sent() if lease_table is not None else None
                 for item in out if isinstance(out, list) else [out] if out is not None else []:
-                    publish(item)
+                    publish(item, rows)
             except ev.InvalidEvent as exc:
                 reason = exc.reason
             except Rejected as exc:

@@ -14,9 +14,9 @@ partition, to an owner keyed by the job id.
 Durable state, in the ``lease`` table, written on the partition of the event that
 changes it: ``o:<job>`` (the owner's book of the job's open round), ``p:<q>:<job>``
 (partition q's lease of the job, with the devices held for an offer) and ``h:<q>:<device>``
-(the assignment a device of partition q holds). A worker's outputs wait until the rows
-written before them are in their changelog (``OutputProducer``, one flush for a group of
-outputs), so a restart never meets an assignment its restored rows do not account for
+(the assignment a device of partition q holds). An event's outputs are sent only once the
+rows it wrote are in their changelog (``TrackedTable``, ``OutputProducer.send_output``'s
+``after``), so a restart never meets an assignment its restored rows do not account for
 (``tests/pure/test_partition.py``).
 
 The replica of every job (``Replica``) follows the ``jobs`` table's changelog, where each
@@ -34,12 +34,13 @@ import time
 from collections.abc import Callable, Collection, MutableMapping
 from typing import Any
 
+import faust
 import msgspec
 import numpy as np
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.outputs import assignment, assignment_batch
+from services.scheduler.outputs import assignment, assignment_batch, uniform_of
 from venn import events as ev
 from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
@@ -182,12 +183,16 @@ class LeaseOwner:
         return [to_event(m, now) for m in out]
 
     def _save(self, job_id: str, partition: int) -> None:
+        """Store the job's book on the job's own partition (a rebuild writes books while
+        it handles another partition's event)."""
         row = self.book.export(job_id)
         if row is not None:
-            self.table[f"o:{job_id}"] = {
-                "partition": partition,
-                "book": msgspec.to_builtins(row),
-            }
+            key, value = f"o:{job_id}", {"partition": partition, "book": msgspec.to_builtins(row)}
+            if isinstance(self.table, faust.Table):
+                self.table.data[key] = value
+                self.table.send_changelog(partition, key, value)
+            else:
+                self.table[key] = value
 
 
 class Replica:
@@ -323,7 +328,9 @@ class LeasedCheckins:
             )
             for i in deciding
         ]
-        decided = self.part(q).decide(core, checkins, now)
+        decided = self.part(q).decide(
+            core, checkins, now, draws=lambda: [uniform_of(c.checkin_id) for c in checkins]
+        )
         # Stale or observe-only: nothing to decide, but the gateway waits for an answer.
         idle = np.flatnonzero(~(fresh & ~cols.observe_only)).tolist()
         decided.declined.extend((cols.event_ids[i], reply_to) for i in idle)

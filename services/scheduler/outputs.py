@@ -1,4 +1,4 @@
-"""The scheduler's assignments and their ids, in both modes.
+"""The scheduler's assignments, their ids and the draws behind them, in both modes.
 
 An assignment's id is fixed by the check-in and the round it went to, so a replay that
 decides the same publishes the same id (read back once), and one that decides otherwise
@@ -6,7 +6,15 @@ a distinct one."""
 
 from __future__ import annotations
 
+import hashlib
+
 from venn import events as ev
+
+
+def uniform_of(event_id: str) -> float:
+    """A deterministic U(0,1) draw per event, so a replayed check-in decides the same."""
+    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
 
 
 def assignment(

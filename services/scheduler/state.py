@@ -28,7 +28,6 @@ job and batch.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -42,7 +41,7 @@ from services.scheduler import metrics
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
 from services.scheduler.leases import LeasedCheckins, LeaseOwner, release_event
-from services.scheduler.outputs import assignment, assignment_batch
+from services.scheduler.outputs import assignment, assignment_batch, uniform_of
 from venn import events as ev
 from venn.auth import AuthError, check_job_event
 from venn.checkin_columns import CheckinColumns
@@ -84,12 +83,6 @@ def speed_proxies(speeds: np.ndarray, bandwidths: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         slow = np.where(comm > 0, 10 / np.where(comm > 0, comm, 1.0), np.inf)
     return 60 * comp + slow
-
-
-def uniform_of(event_id: str) -> float:
-    """A deterministic U(0,1) draw per event, so a replayed check-in decides the same."""
-    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
 
 
 @dataclass

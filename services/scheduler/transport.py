@@ -51,6 +51,25 @@ class _Consumer(faust_aiokafka.Consumer):
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
+class TrackedTable(faust.Table):  # type: ignore[misc]
+    """A table whose changelog records can be waited for: ``take_sent()`` returns those
+    written since the last call (the leased mode's outputs wait for the rows they need,
+    and only for those: a flush of Faust's whole buffer never ends under load)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._sent: list[asyncio.Future[Any]] = []
+
+    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
+        fut = super().send_changelog(*args, **kwargs)
+        self._sent.append(fut)
+        return fut
+
+    def take_sent(self) -> list[asyncio.Future[Any]]:
+        sent, self._sent = self._sent, []
+        return [f for f in sent if not f.done()]
+
+
 OUTPUT_MAX_BATCH_BYTES = 1 << 20
 OUTPUT_LINGER_MS = 1
 
@@ -63,17 +82,23 @@ class OutputProducer(faust_aiokafka.Producer):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._pending: deque[tuple[str, bytes, bytes, int | None]] = deque()
+        self._pending: deque[tuple[str, bytes, bytes, int | None, list[Any]]] = deque()
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
     def send_output(
-        self, topic: str, key: bytes, value: bytes, partition: int | None = None
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes,
+        partition: int | None = None,
+        after: list[Any] | None = None,
     ) -> None:
         """Queue one output message (to the key's partition unless ``partition`` says
-        otherwise); sent in call order, flushed before each commit."""
-        self._pending.append((topic, key, value, partition))
+        otherwise), sent once the records ``after`` are stored; sent in call order,
+        flushed before each commit."""
+        self._pending.append((topic, key, value, partition, after or []))
         self._idle.clear()
         self._wakeup.set()
 
@@ -85,20 +110,17 @@ class OutputProducer(faust_aiokafka.Producer):
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 while self._pending:
-                    ready = len(self._pending)
-                    if self.app.state_first:  # type: ignore[attr-defined]
-                        # Every output queued now was queued after the rows it needs.
-                        await super().flush()
-                    for _ in range(ready):
-                        topic, key, value, partition = self._pending.popleft()
-                        try:
-                            # Appends to a batch.
-                            await outputs.send(topic, value, key=key, partition=partition)
-                        except MessageSizeTooLargeError:
-                            # Outputs are bounded (venn.fields); one that is not must not
-                            # stop every later one: count it, say which, go on.
-                            metrics.OUTPUT_ERRORS.labels(topic, "too_large").inc()
-                            log.error("dropped an output of %d bytes to %s", len(value), topic)
+                    topic, key, value, partition, after = self._pending.popleft()
+                    if after:
+                        await asyncio.gather(*after)
+                    try:
+                        # Appends to a batch.
+                        await outputs.send(topic, value, key=key, partition=partition)
+                    except MessageSizeTooLargeError:
+                        # Outputs are bounded (venn.fields); one that is not must not stop
+                        # every later one: count it, say which, go on.
+                        metrics.OUTPUT_ERRORS.labels(topic, "too_large").inc()
+                        log.error("dropped an output of %d bytes to %s", len(value), topic)
                 self._idle.set()
         except asyncio.CancelledError:
             raise
@@ -152,13 +174,8 @@ class _Transport(faust_aiokafka.Transport):
 class SchedulerApp(faust.App):
     """A faust.App whose worker consumer waits at most ``fetch_wait_ms`` per fetch."""
 
-    def __init__(
-        self, *args: Any, fetch_wait_ms: int = 1500, state_first: bool = False, **kwargs: Any
-    ) -> None:
+    def __init__(self, *args: Any, fetch_wait_ms: int = 1500, **kwargs: Any) -> None:
         self.fetch_wait_ms = fetch_wait_ms
-        self.state_first = state_first
-        """Send no output before the table rows written ahead of it are in their changelog
-        (the leased mode): one flush of Faust's producer covers every output queued."""
         super().__init__(*args, **kwargs)
 
     def _new_transport(self) -> TransportT:

@@ -52,7 +52,10 @@ class Fleet:
     with a core of its own, as a worker does with its replica of the jobs: it counts its
     own assignments only, and a restarted one sees each open round's whole demand."""
 
-    def __init__(self, partitions: int, demands: list[int], backstop: bool = True) -> None:
+    def __init__(
+        self, partitions: int, demands: list[int], backstop: bool = True, policy: str = "fifo"
+    ) -> None:
+        self.policy = policy
         self.rule = LeaseRule(partitions, backstop=backstop)
         self.book = LeaseBook(self.rule)
         self.parts = [CheckinPartition(q, self.rule) for q in range(partitions)]
@@ -66,7 +69,7 @@ class Fleet:
         self.wire.extend(self.book.open_round("a", 0, demands[0]))
 
     def new_core(self) -> Scheduler:
-        core = new_core()
+        core = new_core(self.policy)
         for job in ("a", "b"):
             spec = JobSpec(job, Requirement.of({}), max(self.demands), len(self.demands), 60.0)
             core.add_job(spec, NOW)
@@ -104,7 +107,8 @@ class Fleet:
         q = self.part_of(device)
         core = self.cores[q]
         c = Checkin(f"c{serial}", device, core.slot_of({}), 0)
-        self.apply(q, self.parts[q].decide(core, [c], NOW))
+        draw = (serial * 0.618) % 1.0
+        self.apply(q, self.parts[q].decide(core, [c], NOW, draws=lambda: [draw]))
 
     def deliver(self, msg: Message) -> None:
         if isinstance(msg, Report):
@@ -293,8 +297,11 @@ def test_pick_leased_prefers_quota_then_offers_the_head() -> None:
     assert pick_leased([1, 2], quota, lambda j: 0, False, 0.0, True) == (2, False)
     assert pick_leased([1, 2], quota, lambda j: 1, False, 0.0, False) == (2, False)
     assert pick_leased([1], quota, lambda j: 0, False, 0.0, True) == (-1, False)
-    # uniform: among those with quota, never an offer
+    # uniform: among those with quota; an offer only when none has any
     assert pick_leased([1, 2, 3], quota, lambda j: 1, True, 0.99, True) == (3, False)
+    none = {1: 0, 4: 0}.__getitem__
+    assert pick_leased([1, 4], none, lambda j: 1, True, 0.99, True) == (4, True)
+    assert pick_leased([1, 4], none, lambda j: 1, True, 0.0, False) == (-1, False)
 
 
 def test_a_restarted_partition_keeps_the_quota_it_used() -> None:
@@ -311,3 +318,17 @@ def test_a_restarted_partition_keeps_the_quota_it_used() -> None:
         fleet.checkin(f"d{d}", d)
         fleet.drain()
     assert fleet.assigned[0] == 4
+
+
+@pytest.mark.parametrize("policy", ["fifo", "random"])
+def test_a_round_seen_by_one_partition_fills_under_any_policy(policy: str) -> None:
+    """Only partition 2 of 3 sees devices: its own grants are not enough, so it offers
+    the rest, for an ordered policy and a uniform one alike (a uniform policy that never
+    offered left the round waiting for quota stranded on the other partitions)."""
+    fleet = Fleet(3, [30], policy=policy)
+    devices = [f"d{d}" for d in range(2, 300, 3)]  # partition 2's devices only
+    for serial, device in enumerate(devices):
+        fleet.checkin(device, serial)
+        fleet.drain()
+        fleet.wire.clear()  # delivered: drop the copies
+    assert fleet.assigned[0] == 30

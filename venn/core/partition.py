@@ -106,10 +106,14 @@ def pick_leased(
     u: float,
     backstop: bool,
 ) -> tuple[int, bool]:
-    """The job a device of a ranked row goes to: (job idx, offered). The first candidate
-    the partition holds quota for (``left``), or a uniform pick among all it holds quota
-    for; with the backstop, a first candidate ahead of those gets the device offered
-    while the partition may offer to it. (-1, False): no job."""
+    """The job a device of a ranked row goes to: (job idx, offered), (-1, False) for none.
+
+    An ordered policy: the first candidate the partition holds quota for (``left``); with
+    the backstop, a candidate ahead of it that has none is offered the device instead,
+    while the partition may offer to it (``offers_open``). A uniform policy: a uniform
+    pick (``u``) among the candidates with quota; with the backstop, when none has any,
+    a uniform pick among those the partition may offer to (without it, a uniform policy's
+    rounds would wait for quota stranded on other partitions)."""
     ok: list[int] = []
     for job in row:
         if left(job) > 0:
@@ -118,9 +122,13 @@ def pick_leased(
                 break
         elif backstop and not uniform and offers_open(job) > 0:
             return job, True
-    if not ok:
-        return -1, False
-    return (ok[min(int(u * len(ok)), len(ok) - 1)] if uniform else ok[0]), False
+    if ok:
+        return (ok[min(int(u * len(ok)), len(ok) - 1)] if uniform else ok[0]), False
+    if backstop and uniform:
+        open_ = [job for job in row if offers_open(job) > 0]
+        if open_:
+            return open_[min(int(u * len(open_)), len(open_) - 1)], True
+    return -1, False
 
 
 class CheckinPartition:

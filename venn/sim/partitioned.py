@@ -245,7 +245,7 @@ class PartitionedSimulation(Simulation):
         offers = self._step_offers
         offers.clear()
         may_offer: dict[tuple[int, int], int] = {}  # (partition, job): offers left
-        backstop = self.rule.backstop and not uniform
+        backstop = self.rule.backstop
         last = -1
         for c in range(i, j):
             key = keys[c]
