@@ -56,7 +56,8 @@ def workload_lines(w: str, res: dict[str, Any], checkins_per_s: float | None) ->
             f"({r['avg_jct_censored_s'] / slack:.0%} of mean H - a) | unfinished "
             f"{len(unfinished):2d} | failed rounds {r['rounds_failed'] / r['rounds_closed']:.1%} "
             f"| wasted responses / assignments {r['wasted_responses'] / r['assignments']:.1%} "
-            f"| assignments {r['assignments'] / 1e6:.1f}M | tiers finished {tiers}"
+            f"| assignments {r['assignments'] / 1e6:.1f}M ({r['assignments'] / needed.sum():.2f} "
+            f"per result the bound counts) | tiers finished {tiers}"
         )
         makespan = min(r["makespan_s"] or h, h)
         per_tier: dict[int, list[float]] = {}
@@ -85,12 +86,30 @@ def _count(xs: Any) -> dict[Any, int]:
 
 
 def fairness_lines(runs: dict[str, dict[str, Any]]) -> list[str]:
-    from venn.sim.fairness_sweep import sweep_rows
+    from venn.sim.fairness_sweep import contenders, sweep_rows
 
     lines = ["== fairness sweep"]
     for row in sweep_rows(runs):
         w, eps = row["workload"], row["eps"]
         run = runs[w][f"eps={eps:g}"]
+        iso = runs[w]["isolated"]["jct_by_job"]
+        m = contenders(run["per_job"], run["censor_at_s"])
+        # Slowdown: censored JCT over the job's isolated JCT; and over its fair share M_i sd_i.
+        slow, of_fair = [], []
+        for j in run["per_job"]:
+            sd = iso.get(j["id"])
+            if not sd:
+                continue
+            cap = run["censor_at_s"] - j["arrival"]
+            jct = min(j["jct"], cap) if j["jct"] is not None else cap
+            slow.append(jct / sd)
+            of_fair.append(jct / (m[j["id"]] * sd))
+        q = np.percentile(slow, [40, 50, 90, 100])
+        lines.append(
+            f"   {w:5s} eps {eps:<3g} slowdown (censored JCT / isolated) 40th pct {q[0]:.1f}, "
+            f"median {q[1]:.1f}, 90th pct {q[2]:.1f}, max {q[3]:.1f}; JCT / fair share median "
+            f"{np.median(of_fair):.2f}, max {np.max(of_fair):.2f}"
+        )
         lines.append(
             f"   {w:5s} eps {eps:<3g} censored {row['avg_jct_censored_s']:>12,.0f} s | finished "
             f"{row['finished']}/{row['jobs']} | failed rounds "
@@ -121,9 +140,13 @@ def supply_lines(workload: str = "even", days: float = 1.0) -> list[str]:
         for c in sorted(tier_of, key=lambda c: tier_of[c])
     )
     everyone = np.mean(sup.useful == (1 << len(classes)) - 1)
+    alone = ", ".join(
+        f"{TIER_NAMES[tier_of[c]]} {np.mean(sup.useful == 1 << c):.1%}"
+        for c in sorted(tier_of, key=lambda c: tier_of[c])
+    )
     return [
         f"== supply ({workload}, first {days:g} day): {len(sup.time):,} check-ins; useful to "
-        f"{shares}; to every tier {everyone:.1%}"
+        f"{shares}; to every tier {everyone:.1%}; to that tier alone: {alone}"
     ]
 
 
