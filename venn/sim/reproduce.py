@@ -442,7 +442,7 @@ def report_text(
     if a_s != rs:
         cmd += f" --arrival-scale {a_s}"
     lines = [
-        "# Reproduction of the paper's Table 1",
+        "# Reproduction of the paper's Table 1" + ("" if rs == 1.0 else f" (rounds x{rs})"),
         "",
         f"Command: `{cmd} --processes 1` (synthetic trace, workload seeds from the YAMLs). "
         f"Rounds x{rs}, inter-arrival gaps x{a_s}, horizon x{rs} (at least 2 days; doubled "
