@@ -115,6 +115,13 @@ def reproduce(
             "per workload (default all five); <out>/bound.json"
         ),
     ] = False,
+    bound_slot_s: Annotated[
+        float,
+        typer.Option(
+            help="with --bound: the LP's time slot in seconds (coarser: a smaller LP and a "
+            "weaker, still valid, bound; full scale needs coarser than the 1 h default)"
+        ),
+    ] = 3600.0,
 ) -> None:
     """All policies over the Table 1 workloads: speed-ups vs the paper, report and plots.
 
@@ -127,6 +134,8 @@ def reproduce(
         return
     if rounds_scale <= 0 or (arrival_scale is not None and arrival_scale <= 0):
         raise typer.BadParameter("scales must be positive")
+    if bound_slot_s <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--bound-slot-s")
     if fairness or bound:
         a_scale = rounds_scale if arrival_scale is None else arrival_scale
         if fairness:
@@ -138,7 +147,7 @@ def reproduce(
             from venn.sim.bound_report import run_bounds
 
             names = workloads or list(TABLE1_WORKLOADS)
-            run_bounds(out, names, jobs, rounds_scale, a_scale, console)
+            run_bounds(out, names, jobs, rounds_scale, a_scale, console, bound_slot_s)
         if (out / "reproduction.json").is_file():
             report_from_json(out)
         return

@@ -46,6 +46,17 @@ The relaxation
    ranks policies by (``venn.sim.metrics``): a last unit after H, or none, costs
    ``H - a_j``, so only the trace up to H is needed.
 
+**Any slot length.** Nothing above needs a particular grid: every inequality of items
+2-5 holds for any cut of time into slots that has every arrival as a boundary (which
+``_grid`` ensures, so a slot lies wholly before or wholly after each arrival). Item 2
+counts a schedule's units in [b_k, b_k+1) against the check-ins there; item 3's
+``U_j(tau)`` holds at every tau, the slot ends included; item 4's f_ck is the earliest
+result of *any* useful check-in of the slot, which the last unit's cannot precede however
+wide the slot is. So an integral schedule maps to a feasible point of the LP for every
+slot length, and the LP optimum bounds it from below. A coarser slot only loosens the
+bound (f_ck earlier, capacity pooled over longer spans) and shrinks the LP (variables
+~ 3 x jobs x slots); the full-scale report uses a coarser slot than the 1 h default.
+
 The LP optimum (HiGHS, through ``scipy.optimize.milp`` without integrality) is then
 at most the censored JCT sum of every schedule. Two things make it weaker than the
 optimum: fractional z (the time-indexed relaxation's gap, which rules 4's second
@@ -316,6 +327,8 @@ def lp_bound(
 ) -> BoundResult:
     """The lower bound on the sum (and mean) of censored JCTs ``min(C_j, H) - a_j`` of
     every schedule of ``jobs`` on ``supply`` (the module docstring gives the model)."""
+    if not slot_s > 0:
+        raise ValueError(f"slot_s must be positive, not {slot_s}")
     if not jobs:
         return BoundResult(0, horizon_s, slot_s, 0, 0.0, 0.0, (), "no jobs")
     num_classes = supply.num_classes

@@ -80,6 +80,10 @@ def run_bounds(
     return bounds
 
 
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:g} h"
+
+
 def report_section(
     bounds: dict[str, dict[str, Any]],
     results: dict[str, dict[str, dict[str, Any]]],
@@ -88,10 +92,17 @@ def report_section(
 ) -> list[str]:
     """The "Optimality bound" section of docs/reproduction.md (generated)."""
     rs, jobs = meta["rounds_scale"], meta["jobs"]
+    slots = sorted({float(b.get("slot_s", SLOT_S)) for b in bounds.values()})
+    option = f" --bound-slot-s {slots[0]:g}" if len(slots) == 1 and slots[0] != SLOT_S else ""
+    solved = ", ".join(
+        f"{w} {b['slots']:,} slots in {b['seconds']:.0f} s"
+        for w, b in bounds.items()
+        if "slots" in b and "seconds" in b
+    )
     lines = [
         "## Optimality bound",
         "",
-        f"Command: `venn reproduce --bound --jobs {jobs} --rounds-scale {rs}` "
+        f"Command: `venn reproduce --bound --jobs {jobs} --rounds-scale {rs}{option}` "
         "(`venn/sim/bound.py`). A lower bound on the censored mean JCT that *any* policy, "
         "one that knows the future included, can reach on the same trace and horizon H: "
         "the optimum of a relaxation of the simulator's rules, solved as an LP by HiGHS "
@@ -100,9 +111,10 @@ def report_section(
         "- a finished job has received R x k results (k = ceil(0.8 D) per round), each from "
         "a distinct check-in that is eligible for it, arrives after it does and whose task "
         "succeeds; failed rounds, the extra D - k devices and stragglers are free;",
-        "- per slot of the time grid (1 h, plus every arrival) the results of all jobs fit "
-        "the slot's useful check-ins (a transportation problem from device kinds to "
-        "requirement classes); the order of check-ins inside a slot is dropped;",
+        f"- per slot of the time grid ({' / '.join(_hours(x) for x in slots)}, plus every "
+        "arrival) the results of all jobs fit the slot's useful check-ins (a transportation "
+        "problem from device kinds to requirement classes); the order of check-ins inside a "
+        "slot is dropped;",
         "- a job completes no earlier than E_j, its earliest completion with the whole trace "
         "to itself (each round closing at the k-th earliest result after its request, no "
         "deadline, no D cap), and receives no more results before a time than the rounds "
@@ -110,6 +122,11 @@ def report_section(
         "- completion times are time-indexed LP variables: the slot of a job's last result "
         "is fractional, the results it has by slot k are at least R x k times the "
         "probability that it is done by k, and it takes nothing after its last result.",
+        "",
+        "Every inequality holds for any slot length (the arrivals are slot boundaries), so a "
+        "coarser slot gives a smaller LP and a weaker bound, never an invalid one "
+        '(`venn/sim/bound.py`, "Any slot length").'
+        + (f" LP sizes and solve times: {solved}." if solved else ""),
         "",
         'Each cell under a policy is its censored mean JCT (section "Absolute figures") '
         "divided by the bound: 1.00 would be optimal. *alone* is the bound without "
