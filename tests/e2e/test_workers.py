@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 CONFIG = DemoConfig(
     workload="demo",
     policy="venn",
-    jobs=6,
+    jobs=4,
     seed=3,
     speedup=20.0,
     rate_per_s=1.5,
@@ -46,7 +46,7 @@ CONFIG = DemoConfig(
 )
 Run = tuple[DemoResult, list[str], list[float]]
 """The demo's result, the membership changes made and when (wall clock)."""
-JOIN_S, LEAVE_S, KILL_S = 8.0, 22.0, 36.0
+JOIN_S, LEAVE_S, KILL_S = 6.0, 16.0, 26.0
 """Wall seconds after the workload starts: worker 3 joins, worker 2 leaves, worker 3 is
 killed; worker 1 runs throughout."""
 
