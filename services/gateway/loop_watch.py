@@ -20,7 +20,10 @@ class LoopWatch:
     period: float = PERIOD_S
     lag_s: float = 0.0
     """Lateness of the ticks, a decaying maximum (each tick halves the previous one)."""
-    _tick: float = 0.0
+    _tick: float | None = None
+    """When the watcher last woke; None until its first tick, when nothing says the loop
+    is late (a gateway answering its first request before the first tick shed it: the
+    overdue time was counted from the loop clock's zero)."""
     _stall: tuple[float, float] = (0.0, 0.0)
 
     def tick(self, now: float, slept_from: float) -> None:
@@ -33,12 +36,16 @@ class LoopWatch:
 
     def lag(self, now: float) -> float:
         """The ticks' lag, counting a tick that is overdue right now."""
+        if self._tick is None:
+            return self.lag_s
         return max(self.lag_s, now - self._tick - self.period)
 
     def arrived(self, now: float) -> float:
         """The earliest moment a request read at `now` may have arrived: `now` while the
         loop keeps ticking; the start of a stall in progress or one that just ended."""
         earliest = now
+        if self._tick is None:
+            return earliest
         overdue_since = self._tick + self.period
         if now - overdue_since > self.period:  # no tick for two periods: stalled now
             earliest = overdue_since
