@@ -13,11 +13,11 @@ partition, to an owner keyed by the job id.
 
 Durable state, in the ``lease`` table, written on the partition of the event that
 changes it: ``o:<job>`` (the owner's book of the job's open round), ``p:<q>:<job>``
-(partition q's lease of the job, with the devices held for an offer) and ``h:<q>:<device>``
-(the assignment a device of partition q holds). An event's outputs are sent only once the
-rows it wrote are in their changelog (``TrackedTable``, ``OutputProducer.send_output``'s
-``after``), so a restart never meets an assignment its restored rows do not account for
-(``tests/pure/test_partition.py``).
+(partition q's lease of the job, with the devices held for an offer) and
+``h:<q>:<event>`` (the assignments an event made on partition q that are still held).
+An event's outputs are sent only once the rows it wrote are in their changelog
+(``TrackedTable``, ``OutputProducer.send_output``'s ``after``), so a restart never meets
+an assignment its restored rows do not account for (``tests/pure/test_partition.py``).
 
 The replica of every job (``Replica``) follows the ``jobs`` table's changelog, where each
 owner writes its jobs' snapshots; it is read-only and rebuilt from the beginning of that
@@ -55,7 +55,7 @@ from venn.core.lease import (
     Recall,
     Report,
 )
-from venn.core.partition import Checkin, CheckinPartition, Decided, PartitionRow
+from venn.core.partition import Checkin, CheckinPartition, Decided, HoldRow, PartitionRow
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import sync_job
 
@@ -277,6 +277,7 @@ class LeasedCheckins:
 
     def load(self, owned: Collection[int] | None) -> None:
         self.parts = {}
+        holds: dict[int, dict[str, HoldRow]] = {}
         for key, row in list(self.table.items()):
             key = str(key)
             kind = key[:2]
@@ -288,12 +289,16 @@ class LeasedCheckins:
                 continue
             try:
                 if kind == "h:":
-                    job_id, round_index = row
-                    self.part(q).restore_hold(name, str(job_id), int(round_index))
+                    holds.setdefault(q, {})[name] = msgspec.convert(row, HoldRow)
                 else:
                     self.part(q).restore(msgspec.convert(row, PartitionRow))
             except (KeyError, TypeError, ValueError, msgspec.ValidationError):
                 log.exception("cannot restore lease row %r; skipped", key)
+        for q, rows in holds.items():
+            try:
+                self.part(q).restore_holds(rows)
+            except ValueError:
+                log.exception("cannot restore the hold rows of partition %d; skipped", q)
 
     def part(self, q: int) -> CheckinPartition:
         part = self.parts.get(q)
@@ -329,7 +334,11 @@ class LeasedCheckins:
             for i in deciding
         ]
         decided = self.part(q).decide(
-            core, checkins, now, draws=lambda: [uniform_of(c.checkin_id) for c in checkins]
+            core,
+            checkins,
+            now,
+            draws=lambda: [uniform_of(c.checkin_id) for c in checkins],
+            source=cols.event_id,
         )
         # Stale or observe-only: nothing to decide, but the gateway waits for an answer.
         idle = np.flatnonzero(~(fresh & ~cols.observe_only)).tolist()
@@ -340,8 +349,9 @@ class LeasedCheckins:
         part = self.part(q)
         if e.kind == "release":
             assert e.device_id is not None
-            if part.release(e.device_id, e.job_id, e.round_index):
-                self.table.pop(f"h:{q}:{e.device_id}", None)
+            released = part.release(e.device_id, e.job_id, e.round_index)
+            if released is not None:
+                self._save(q, released)
             return []
         if e.partition != q:
             raise Misrouted(f"a {e.kind} for partition {e.partition} read on partition {q}")
@@ -352,7 +362,7 @@ class LeasedCheckins:
             decided = part.on_recall(msg)
         else:
             assert isinstance(msg, Answer)
-            decided = part.on_answer(self.replica.core, msg, now)
+            decided = part.on_answer(self.replica.core, msg, now, source=e.event_id)
         return self._outputs(decided, q, e.event_id, now)
 
     def _save(self, q: int, decided: Decided) -> None:
@@ -363,11 +373,11 @@ class LeasedCheckins:
                 self.table.pop(f"p:{q}:{job_id}", None)
             else:
                 self.table[f"p:{q}:{job_id}"] = msgspec.to_builtins(row)
-        for device, hold in decided.holds.items():
-            if hold is None:
-                self.table.pop(f"h:{q}:{device}", None)
+        for row_id, hold_row in decided.hold_rows.items():
+            if hold_row is None:
+                self.table.pop(f"h:{q}:{row_id}", None)
             else:
-                self.table[f"h:{q}:{device}"] = list(hold)
+                self.table[f"h:{q}:{row_id}"] = msgspec.to_builtins(hold_row)
 
     def _outputs(self, decided: Decided, q: int, source_id: str, now: float) -> list[ev.Event]:
         """Rows first (the outputs wait for them, see ``OutputProducer``), then one

@@ -29,6 +29,7 @@ from venn.core.partition import (
     Checkin,
     CheckinPartition,
     Decided,
+    HoldRow,
     PartitionRow,
     decode_row,
     encode_row,
@@ -87,11 +88,11 @@ class Fleet:
                 self.stored[q].pop(job_id, None)
             else:
                 self.stored[q][job_id] = encode_row(row)
-        for device, hold in out.holds.items():
-            if hold is None:
-                self.stored[q].pop(f"h:{device}", None)
+        for row_id, hold_row in out.hold_rows.items():
+            if hold_row is None:
+                self.stored[q].pop(f"h:{row_id}", None)
             else:
-                self.stored[q][f"h:{device}"] = msgspec.json.encode(hold)
+                self.stored[q][f"h:{row_id}"] = msgspec.json.encode(hold_row)
         self.wire.extend(out.offers)
         self.wire.extend(out.reports)
         for a in out.assigned:
@@ -103,12 +104,15 @@ class Fleet:
                 raise AssertionError(f"{a.device_id} got a second live assignment")
             self.live[a.device_id] = (a.job_id, a.round_index)
 
-    def checkin(self, device: str, serial: int) -> None:
-        q = self.part_of(device)
+    def checkin(self, devices: list[str], serial: int) -> None:
+        """Check-ins of one partition's devices in one event (the first one's partition)."""
+        q = self.part_of(devices[0])
         core = self.cores[q]
-        c = Checkin(f"c{serial}", device, core.slot_of({}), 0)
-        draw = (serial * 0.618) % 1.0
-        self.apply(q, self.parts[q].decide(core, [c], NOW, draws=lambda: [draw]))
+        mine = [d for d in devices if self.part_of(d) == q]
+        cs = [Checkin(f"c{serial}:{k}", d, core.slot_of({}), 0) for k, d in enumerate(mine)]
+        draws = [((serial + k) * 0.618) % 1.0 for k in range(len(cs))]
+        out = self.parts[q].decide(core, cs, NOW, draws=lambda: draws, source=f"e{serial}")
+        self.apply(q, out)
 
     def deliver(self, msg: Message) -> None:
         if isinstance(msg, Report):
@@ -123,7 +127,8 @@ class Fleet:
             elif isinstance(msg, Recall):
                 self.apply(q, part.on_recall(msg))
             else:
-                self.apply(q, part.on_answer(self.cores[q], msg, NOW))
+                source = f"answer:{msg.partition}:{msg.round_index}:{msg.offer}"
+                self.apply(q, part.on_answer(self.cores[q], msg, NOW, source))
 
     def drain(self) -> None:
         """Deliver every message on the wire once, in order, and those sent meanwhile."""
@@ -142,20 +147,22 @@ class Fleet:
         if live is None:
             return
         q = self.part_of(device)
-        if self.parts[q].release(device, *live):
-            self.apply(q, Decided(holds={device: None}))
+        released = self.parts[q].release(device, *live)
+        if released is not None:
+            self.apply(q, released)
         del self.live[device]
 
     def restart(self, q: int) -> None:
         """Partition q starts afresh from the rows it wrote (a crash, or a move)."""
         part = self.parts[q] = CheckinPartition(q, self.rule)
         self.cores[q] = self.new_core()
+        holds = {}
         for key, raw in self.stored[q].items():
             if key.startswith("h:"):
-                job_id, round_index = msgspec.json.decode(raw)
-                part.restore_hold(key.removeprefix("h:"), job_id, round_index)
+                holds[key.removeprefix("h:")] = msgspec.json.decode(raw, type=HoldRow)
             else:
                 part.restore(decode_row(raw))
+        part.restore_holds(holds)
 
     def restart_owner(self) -> None:
         """The owner starts afresh from the row of the open round it wrote."""
@@ -191,8 +198,10 @@ def test_at_most_demand_and_one_live_assignment_per_device(
     fleet = Fleet(partitions, demands, backstop)
     for serial, (kind, pick) in enumerate(ops):
         device = f"d{pick % DEVICES}"
-        if kind <= 3:
-            fleet.checkin(device, serial)
+        if kind <= 2:
+            fleet.checkin([device], serial)
+        elif kind == 3:  # several devices in one event: their holds share a row
+            fleet.checkin([f"d{(pick + k * partitions) % DEVICES}" for k in range(3)], serial)
         elif kind <= 6 and fleet.wire:
             fleet.deliver(fleet.wire[pick % len(fleet.wire)])
         elif kind == 7:
@@ -220,7 +229,7 @@ def test_a_round_fills_to_its_demand(partitions: int) -> None:
         fleet.drain()
         fleet.wire.clear()
         for d in range(DEVICES):
-            fleet.checkin(f"d{d}", serial)
+            fleet.checkin([f"d{d}"], serial)
             serial += 1
     fleet.drain()
     assert fleet.assigned[0] == 20
@@ -235,7 +244,7 @@ def test_a_held_device_is_declined_until_released() -> None:
     assert [a.device_id for a in first.assigned] == ["d0"]
     again = part.decide(fleet.cores[0], [Checkin("c2", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
     assert again.declined == [("c2", "")] and not again.assigned
-    assert part.release("d0", "a", 0)
+    assert part.release("d0", "a", 0) is not None
     third = part.decide(fleet.cores[0], [Checkin("c3", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
     assert [a.device_id for a in third.assigned] == ["d0"]
 
@@ -279,7 +288,7 @@ def test_rows_round_trip() -> None:
     while fleet.wire:
         fleet.deliver(fleet.wire.pop(0))
     for d in range(4):
-        fleet.checkin(f"d{d}", d)
+        fleet.checkin([f"d{d}"], d)
     for q, part in enumerate(fleet.parts):
         row = part.row("a")
         assert row is not None
@@ -310,12 +319,12 @@ def test_a_restarted_partition_keeps_the_quota_it_used() -> None:
     fleet = Fleet(1, [4])
     fleet.drain()
     for d in range(2):
-        fleet.checkin(f"d{d}", d)
+        fleet.checkin([f"d{d}"], d)
     assert fleet.assigned[0] == 2
     fleet.restart(0)
     assert fleet.parts[0].busy(fleet.cores[0], "d0") and fleet.parts[0].busy(fleet.cores[0], "d1")
     for d in range(2, 8):
-        fleet.checkin(f"d{d}", d)
+        fleet.checkin([f"d{d}"], d)
         fleet.drain()
     assert fleet.assigned[0] == 4
 
@@ -328,7 +337,51 @@ def test_a_round_seen_by_one_partition_fills_under_any_policy(policy: str) -> No
     fleet = Fleet(3, [30], policy=policy)
     devices = [f"d{d}" for d in range(2, 300, 3)]  # partition 2's devices only
     for serial, device in enumerate(devices):
-        fleet.checkin(device, serial)
+        fleet.checkin([device], serial)
         fleet.drain()
         fleet.wire.clear()  # delivered: drop the copies
     assert fleet.assigned[0] == 30
+
+
+def test_a_device_s_latest_hold_is_the_one_restored() -> None:
+    """A row keeps a void hold while it holds a live one of another round; the device's
+    next hold, in a later row, is the one a restart restores."""
+    rule = LeaseRule(1, backstop=False)
+    core = new_core()
+    for job in ("a", "b"):
+        core.add_job(JobSpec(job, Requirement.of({}), 10, 3, 60.0), NOW)
+        core.request_round(job, 0, NOW, 10)
+    part = CheckinPartition(0, rule)
+    part.on_grant(Grant("a", 0, 0, 2))
+    part.on_grant(Grant("b", 0, 0, 2))
+    slot = core.slot_of({})
+    stored: dict[str, bytes] = {}
+
+    def keep(out: Decided) -> None:
+        for row_id, row in out.hold_rows.items():
+            if row is None:
+                stored.pop(row_id, None)
+            else:
+                stored[row_id] = msgspec.json.encode(row)
+
+    # One event assigns x and y to the two jobs' rounds (fifo: a until its quota is used).
+    first = part.decide(core, [Checkin(f"c{d}", d, slot, 0) for d in "uxy"], NOW, source="e1")
+    keep(first)
+    assert {a.device_id: a.job_id for a in first.assigned} == {"u": "a", "x": "a", "y": "b"}
+    core.close_round("a", 0, NOW, True)
+    core.request_round("a", 1, NOW, 10)
+    part.on_grant(Grant("a", 1, 0, 2))
+    second = part.decide(core, [Checkin("c2", "x", slot, 0)], NOW, source="e2")
+    keep(second)
+    assert [(a.device_id, a.round_index) for a in second.assigned] == [("x", 1)]
+    assert "e1" in stored  # y's hold is live: the row stays, with x's void hold in it
+
+    again = CheckinPartition(0, rule)
+    again.restore_holds({k: msgspec.json.decode(v, type=HoldRow) for k, v in stored.items()})
+    assert again.holds["x"] == ("a", 1) and again.holds["y"] == ("b", 0)
+    assert again.busy(core, "x") and again.busy(core, "y") and not again.busy(core, "u")
+    # The release of x rewrites its row; y's round ending empties the other.
+    released = again.release("x", "a", 1)
+    assert released is not None and released.hold_rows == {"e2": None}
+    core.close_round("b", 0, NOW, True)
+    assert again.sweep(core).hold_rows == {"e1": None}

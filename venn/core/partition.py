@@ -9,13 +9,17 @@ backstop, a candidate ahead of those that it holds no quota for gets the device 
 instead (the device waits for the owner's answer).
 
 The partition's durable state is one ``PartitionRow`` per job it leases (the lease and
-the devices held for an offer) and one hold per device holding an assignment made here.
-The caller stores what an event changed (``Decided.touched``, ``Decided.holds``) before
-it sends that event's outputs: a restart may then find a unit of quota used, or a device
-held, for an assignment that never went out (a unit lost, a device idle until its round
-ends), but never an assignment its rows do not account for. A hold ends with the
-device's release (its result, relayed by the owner) or with its round: a hold of a round
-the core no longer has open is void.
+the devices held for an offer) and one ``HoldRow`` per event that assigned devices here
+(the assignments of it still held: a row per device cost a table write per assignment).
+The caller stores what an event changed (``Decided.touched``, ``Decided.hold_rows``)
+before it sends that event's outputs: a restart may then find a unit of quota used, or a
+device held, for an assignment that never went out (a unit lost, a device idle until its
+round ends), but never an assignment its rows do not account for. A hold ends with the
+device's release (its result, relayed by the owner; its row is written again without it)
+or with its round: a hold of a round the core no longer has open is void, and is dropped
+from its row in memory only (restored, it is void again); a row with no live hold left
+is deleted. A row that gains a hold takes the next number of the partition's sequence,
+and rows are restored in that order, so a device's latest hold is the one restored.
 """
 
 from __future__ import annotations
@@ -26,7 +30,16 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from venn.core.lease import Answer, Grant, LeaseRow, LeaseRule, Offer, PartitionLeases, Recall
+from venn.core.lease import (
+    ROW_VERSION,
+    Answer,
+    Grant,
+    LeaseRow,
+    LeaseRule,
+    Offer,
+    PartitionLeases,
+    Recall,
+)
 from venn.core.lease import Report as LeaseReport
 from venn.core.scheduler import Scheduler
 
@@ -40,6 +53,20 @@ class PendingOffer(msgspec.Struct, kw_only=True, frozen=True):
     speed_ms_per_sample: float
     bandwidth_kbps: float
     reply_to: str = ""
+
+
+class HoldRow(msgspec.Struct, kw_only=True, frozen=True):
+    """The assignments one event made on a partition that are still held, as stored."""
+
+    version: int = ROW_VERSION
+    seq: int
+    holds: list[tuple[str, str, int]]  # (device, job, round)
+
+
+@dataclass
+class _Held:
+    seq: int
+    live: dict[str, tuple[str, int]]  # device -> (job, round)
 
 
 class PartitionRow(msgspec.Struct, kw_only=True, frozen=True):
@@ -85,8 +112,8 @@ class Decided:
     """(check-in id, reply_to) of the check-ins that got nothing."""
     held: list[str] = field(default_factory=list)  # check-in ids waiting for an answer
     touched: set[str] = field(default_factory=set)  # jobs whose row changed
-    holds: dict[str, tuple[str, int] | None] = field(default_factory=dict)
-    """Devices whose hold changed: the (job, round) it now holds, None when it ended."""
+    hold_rows: dict[str, HoldRow | None] = field(default_factory=dict)
+    """Hold rows to write (by the id of the event that made them), None to delete."""
 
     def extend(self, other: Decided) -> None:
         self.assigned += other.assigned
@@ -95,7 +122,7 @@ class Decided:
         self.declined += other.declined
         self.held += other.held
         self.touched |= other.touched
-        self.holds.update(other.holds)
+        self.hold_rows.update(other.hold_rows)
 
 
 def pick_leased(
@@ -143,31 +170,80 @@ class CheckinPartition:
         self.offered: dict[tuple[str, int, int], PendingOffer] = {}
         """(job, round, offer) -> the device held for it."""
         self._offered_devices: set[str] = set()
+        self._rows: dict[str, _Held] = {}  # hold row id -> its live holds
+        self._row_of: dict[str, str] = {}  # device -> the row of its hold
+        self._by_round: dict[tuple[str, int], set[str]] = {}  # (job, round) -> row ids
+        self._seq = 0
 
     # -- devices -----------------------------------------------------------------------
     def busy(self, core: Scheduler, device_id: str, out: Decided | None = None) -> bool:
         """Whether the device holds an assignment of an open round, or waits for an
-        answer; a hold of a round that ended is dropped (and noted in ``out``)."""
+        answer; a hold of a round that ended is dropped (and an emptied row noted in
+        ``out``)."""
         if device_id in self._offered_devices:
             return True
         hold = self.holds.get(device_id)
         if hold is None:
             return False
-        js = core.jobs.get(hold[0])
-        if js is not None and js.round_open and js.round_index == hold[1]:
+        if _open(core, *hold):
             return True
-        del self.holds[device_id]
-        if out is not None:
-            out.holds[device_id] = None
+        self._end_hold(device_id, write=False, out=out)
         return False
 
-    def release(self, device_id: str, job_id: str, round_index: int) -> bool:
+    def release(self, device_id: str, job_id: str, round_index: int) -> Decided | None:
         """The device's task for the round ended (its result came): it may be assigned
-        again. False if it held nothing of that round here."""
+        again; returns its row's new state. None if it held nothing of that round here."""
         if self.holds.get(device_id) != (job_id, round_index):
-            return False
+            return None
+        out = Decided()
+        self._end_hold(device_id, write=True, out=out)
+        return out
+
+    def sweep(self, core: Scheduler) -> Decided:
+        """Drop the holds of rounds the core no longer has open; rows left without a live
+        hold are to be deleted."""
+        out = Decided()
+        for key in [k for k in self._by_round if not _open(core, *k)]:
+            for row_id in self._by_round.pop(key):
+                held = self._rows.get(row_id)
+                if held is None:
+                    continue
+                for device in [d for d, h in held.live.items() if h == key]:
+                    self._end_hold(device, write=False, out=out)
+        return out
+
+    def _end_hold(self, device_id: str, write: bool, out: Decided | None) -> None:
+        """The device's hold ended. Its row is written again without it if ``write``
+        (a release must be durable; a void hold is void again when restored), and
+        deleted once it holds nothing."""
         del self.holds[device_id]
-        return True
+        row_id = self._row_of.pop(device_id, None)
+        held = self._rows.get(row_id) if row_id is not None else None
+        if held is None or row_id is None:
+            return
+        held.live.pop(device_id, None)
+        if not held.live:
+            del self._rows[row_id]
+            if out is not None:
+                out.hold_rows[row_id] = None
+        elif write and out is not None:
+            out.hold_rows[row_id] = self._hold_row(held)
+
+    def _hold(self, device_id: str, job_id: str, rnd: int, row_id: str, out: Decided) -> None:
+        held = self._rows.get(row_id)
+        if held is None:
+            held = self._rows[row_id] = _Held(self._seq, {})
+        held.seq = self._seq  # a row that gains a hold is the latest (module docstring)
+        self._seq += 1
+        held.live[device_id] = (job_id, rnd)
+        self.holds[device_id] = (job_id, rnd)
+        self._row_of[device_id] = row_id
+        self._by_round.setdefault((job_id, rnd), set()).add(row_id)
+        out.hold_rows[row_id] = self._hold_row(held)
+
+    @staticmethod
+    def _hold_row(held: _Held) -> HoldRow:
+        return HoldRow(seq=held.seq, holds=[(d, j, r) for d, (j, r) in held.live.items()])
 
     # -- check-ins ---------------------------------------------------------------------
     def decide(
@@ -176,25 +252,34 @@ class CheckinPartition:
         checkins: Sequence[Checkin],
         now: float,
         draws: Callable[[], Sequence[float]] | None = None,
+        source: str = "",
     ) -> Decided:
-        """Decide check-ins of one instant, in order. The core must be ranked."""
+        """Decide check-ins of one instant, in order, for the event ``source`` (its id
+        names the row of the holds it makes). The core must be ranked."""
         if not core.ranked:
             raise ValueError("a partition decides with a ranked dispatch table")
-        out = Decided()
+        out = self.sweep(core)
         if not checkins:
             return out
         core.observe_many(np.array([c.slot for c in checkins]), np.full(len(checkins), now))
         us: Sequence[float] | None = None
+        # One table for the whole batch: the quota bounds what the partition assigns, the
+        # table only ranks the candidates, and recompiling it at every overtake its own
+        # assignments cause (every one, between near-tied jobs) cost a compile per
+        # check-in. A signature first seen here is the exception: it has no row yet.
+        table = core.table(now)
+        rows = table.rows()
         for i, c in enumerate(checkins):
             if self.busy(core, c.device_id, out):
                 out.declined.append((c.checkin_id, c.reply_to))
                 continue
             sig = int(core.index.signature_of_slot[c.slot])
-            if sig >= core.table(now).counts.shape[0]:
-                core.replan()  # a signature first seen here: the plan must include it
-            table = core.table(now)
+            if sig >= table.counts.shape[0]:
+                core.replan()  # the plan must include it
+                table = core.table(now)
+                rows = table.rows()
             key = sig * core.num_tiers + (c.tier if core.tiers is not None else 0)
-            row = table.rows()[key] if sig < table.counts.shape[0] else []
+            row = rows[key] if sig < table.counts.shape[0] else []
             if table.uniform and us is None:
                 us = draws() if draws is not None else [0.0] * len(checkins)
             job, offered = pick_leased(
@@ -226,7 +311,7 @@ class CheckinPartition:
                 continue
             taken = self.leases.take(job_id, rnd)
             assert taken, "picked a job without quota"
-            self._assign(core, job, c.checkin_id, c.device_id, c, now, out)
+            self._assign(core, job, c.checkin_id, c.device_id, c, now, out, source)
             if self.leases.report_due(job_id, rnd):
                 out.reports.append(self.leases.report(job_id, rnd))
         return out
@@ -240,11 +325,11 @@ class CheckinPartition:
         c: Checkin | PendingOffer,
         now: float,
         out: Decided,
+        source: str,
     ) -> None:
         job_id, rnd = core.round_of(job)
-        core.table(now)  # accounted against the current table (compiled if need be)
         core.assign_many(job, 1, now)
-        self.holds[device_id] = out.holds[device_id] = (job_id, rnd)
+        self._hold(device_id, job_id, rnd, source, out)
         out.assigned.append(
             Assigned(checkin_id, device_id, job_id, rnd, c.speed_ms_per_sample, c.bandwidth_kbps)
         )
@@ -260,10 +345,11 @@ class CheckinPartition:
             return Decided()
         return Decided(reports=[report], touched={recall.job_id})
 
-    def on_answer(self, core: Scheduler, answer: Answer, now: float) -> Decided:
-        """An answer to an offer: an accepted one assigns the held device if its round is
-        still open in the core; otherwise the device is declined (after a refusal the
-        core's next candidate for it may need quota this partition does not hold)."""
+    def on_answer(self, core: Scheduler, answer: Answer, now: float, source: str = "") -> Decided:
+        """An answer to an offer (the event ``source``): an accepted one assigns the held
+        device if its round is still open in the core; otherwise the device is declined
+        (after a refusal the core's next candidate for it may need quota this partition
+        does not hold)."""
         held = self.offered.pop((answer.job_id, answer.round_index, answer.offer), None)
         accepted = self.leases.on_answer(answer)
         out = Decided(touched={answer.job_id})
@@ -278,7 +364,7 @@ class CheckinPartition:
             and js.round_index == answer.round_index
             and js.remaining > 0
         ):
-            self._assign(core, js.idx, held.checkin_id, held.device_id, held, now, out)
+            self._assign(core, js.idx, held.checkin_id, held.device_id, held, now, out, source)
         else:
             out.declined.append((held.checkin_id, held.reply_to))
         return out
@@ -303,17 +389,32 @@ class CheckinPartition:
             self.offered[(lease.job_id, lease.round_index, pending.offer)] = pending
             self._offered_devices.add(pending.device_id)
 
-    def restore_hold(self, device_id: str, job_id: str, round_index: int) -> None:
-        """Take back a stored hold."""
-        self.holds[device_id] = (job_id, round_index)
+    def restore_holds(self, rows: dict[str, HoldRow]) -> None:
+        """Take back the stored hold rows (by id), in their sequence: a device's latest
+        hold wins."""
+        for row_id, row in sorted(rows.items(), key=lambda kv: kv[1].seq):
+            if row.version != ROW_VERSION:
+                raise ValueError(f"a hold row of version {row.version}")
+            held = self._rows[row_id] = _Held(row.seq, {})
+            for device, job_id, rnd in row.holds:
+                earlier = self._row_of.get(device)
+                if earlier is not None and earlier in self._rows:
+                    older = self._rows[earlier]
+                    older.live.pop(device, None)
+                    if not older.live:
+                        del self._rows[earlier]
+                held.live[device] = (job_id, rnd)
+                self.holds[device] = (job_id, rnd)
+                self._row_of[device] = row_id
+                self._by_round.setdefault((job_id, rnd), set()).add(row_id)
+            if not held.live:
+                del self._rows[row_id]
+            self._seq = max(self._seq, row.seq + 1)
 
-    def forget(self, job_id: str) -> None:
-        """The job ended: drop its lease, holds and offered devices."""
-        self.leases.forget(job_id)
-        for device in [d for d, h in self.holds.items() if h[0] == job_id]:
-            del self.holds[device]
-        for key in [k for k in self.offered if k[0] == job_id]:
-            self._offered_devices.discard(self.offered.pop(key).device_id)
+
+def _open(core: Scheduler, job_id: str, round_index: int) -> bool:
+    js = core.jobs.get(job_id)
+    return js is not None and js.round_open and js.round_index == round_index
 
 
 def encode_row(row: PartitionRow) -> bytes:

@@ -455,8 +455,11 @@ class Scheduler:
         idx = js.idx
         self.open.touched.add(idx)
         budget = self._table.budget
-        left = int(budget[idx]) - count  # Python ints: numpy scalar arithmetic is slower
-        budget[idx] = left
+        if idx < len(budget):
+            left = int(budget[idx]) - count  # Python ints: numpy scalar arithmetic is slower
+            budget[idx] = left
+        else:  # a job the table predates (a partition's accepted offer): compile anew
+            left = 0
         if js.remaining <= 0:
             js.filled_at = now
             self._dirty = self._replan = True
