@@ -244,10 +244,10 @@ class LeaseMessage(Event, tag="lease_message", frozen=True):
     """Scheduler workers to one another (topic venn.leases), how check-in partitions
     share a round's demand (`venn.core.lease`). To a check-in partition (the record's
     partition): grant (``amount`` = granted total), recall (``amount`` = granted total to
-    give back from), answer (``amount`` = offer number, ``accepted``), release (the
-    device's task ended; key: the device id). To the job's owner (key: job id): report
-    (``amount`` = used total, ``released`` = released total), offer (``amount`` = offer
-    number)."""
+    give back from), answer (``amount`` = first offer number, ``count`` offers from it,
+    ``accepted``), release (the device's task ended; key: the device id). To the job's
+    owner (key: job id): report (``amount`` = used total, ``released`` = released total),
+    offer (``amount`` = first offer number, ``count`` offers from it)."""
 
     kind: Literal["grant", "recall", "answer", "release", "report", "offer"]
     job_id: Id
@@ -256,6 +256,7 @@ class LeaseMessage(Event, tag="lease_message", frozen=True):
     amount: Tally
     released: Tally
     accepted: bool
+    count: Demand
     device_id: Id | None = None
 
 

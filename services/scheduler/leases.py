@@ -72,19 +72,19 @@ class Misrouted(ValueError):
 def to_event(msg: Message, now: float) -> ev.LeaseMessage:
     """A core lease message as the event that carries it; its id is fixed by its content
     (every field is cumulative or numbered), so a copy is a duplicate."""
-    released, accepted = 0, False
+    released, accepted, count = 0, False, 1
     if isinstance(msg, Grant | Recall):
         amount = msg.granted_total
     elif isinstance(msg, Report):
         amount, released = msg.used_total, msg.released_total
     elif isinstance(msg, Answer):
-        amount, accepted = msg.offer, msg.accepted
+        amount, accepted, count = msg.offer, msg.accepted, msg.count
     else:
-        amount = msg.offer
+        amount, count = msg.offer, msg.count
     kind = type(msg).__name__.lower()
     return ev.LeaseMessage(
         event_id=f"lease:{kind}:{msg.job_id}:{msg.round_index}:{msg.partition}:{amount}"
-        f":{released}:{int(accepted)}",
+        f":{released}:{int(accepted)}" + (f":{count}" if count != 1 else ""),
         time=now,
         kind=kind,  # type: ignore[arg-type]
         job_id=msg.job_id,
@@ -93,6 +93,7 @@ def to_event(msg: Message, now: float) -> ev.LeaseMessage:
         amount=amount,
         released=released,
         accepted=accepted,
+        count=count,
     )
 
 
@@ -103,11 +104,11 @@ def from_event(e: ev.LeaseMessage) -> Message:
     if e.kind == "recall":
         return Recall(e.job_id, e.round_index, e.partition, e.amount)
     if e.kind == "answer":
-        return Answer(e.job_id, e.round_index, e.partition, e.amount, e.accepted)
+        return Answer(e.job_id, e.round_index, e.partition, e.amount, e.accepted, e.count)
     if e.kind == "report":
         return Report(e.job_id, e.round_index, e.partition, e.amount, e.released)
     if e.kind == "offer":
-        return Offer(e.job_id, e.round_index, e.partition, e.amount)
+        return Offer(e.job_id, e.round_index, e.partition, e.amount, e.count)
     raise ValueError(f"a {e.kind} carries no lease message")
 
 
@@ -122,6 +123,7 @@ def release_event(device_id: str, job_id: str, round_index: int, now: float) -> 
         amount=0,
         released=0,
         accepted=False,
+        count=1,
         device_id=device_id,
     )
 

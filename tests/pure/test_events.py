@@ -133,6 +133,7 @@ SAMPLES[LeaseMessage] = LeaseMessage(
     amount=5,
     released=0,
     accepted=False,
+    count=1,
 )
 SAMPLES[CheckinsDeclined] = CheckinsDeclined(
     event_id="dec1", time=2.2, reply_to="gw-1", checkin_ids=["c1"]

@@ -30,7 +30,9 @@ the partitions give it back (a cumulative ``released_total`` in their ``Report``
 from then on (the round's tail) the reserve serves offers only, so the last units of a
 round go to whichever partition sees an eligible device, not to the one holding them.
 Offers are numbered per partition and round, and the owner remembers its answer to each,
-so a duplicate offer gets the same answer and a duplicate answer is ignored.
+so a duplicate offer gets the same answer and a duplicate answer is ignored. The offers
+one decision makes to a round travel as one message (``merge_offers``), and the owner
+answers a run of them at once.
 
 Only a job's newest round is kept on either side: a message about an older round is
 ignored, one about a newer round replaces the older round's lease.
@@ -70,24 +72,29 @@ class Report:
 
 @dataclass(frozen=True)
 class Offer:
-    """Partition -> owner: ``partition`` holds a device for round ``round_index`` of
-    ``job_id`` but no quota; ``offer`` numbers its offers to the round (0, 1, ...)."""
+    """Partition -> owner: ``partition`` holds ``count`` devices for round
+    ``round_index`` of ``job_id`` but no quota; they are its offers ``offer`` to
+    ``offer + count - 1`` to the round (numbered 0, 1, ... per partition and round; the
+    devices one decision held for the round go in one message)."""
 
     job_id: str
     round_index: int
     partition: int
     offer: int
+    count: int = 1
 
 
 @dataclass(frozen=True)
 class Answer:
-    """Owner -> partition: offer ``offer`` is accepted (assign the device) or not."""
+    """Owner -> partition: offers ``offer`` to ``offer + count - 1`` are all accepted
+    (assign the devices) or all refused."""
 
     job_id: str
     round_index: int
     partition: int
     offer: int
     accepted: bool
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -251,28 +258,37 @@ class LeaseBook:
         return out
 
     def on_offer(self, offer: Offer) -> list[Answer | Recall]:
-        """Answer an offer: accepted while the reserve lasts; a refusal also recalls the
-        unused quota of every other partition that may hold some. A duplicate offer gets
-        the answer the first copy got; an offer for a round not open here is refused."""
+        """Answer each offer of a message, in order: accepted while the reserve lasts;
+        a refusal also recalls the unused quota of every other partition that may hold
+        some. An offer seen before gets the answer it got then; offers for a round not
+        open here are refused. One answer per run of equal answers."""
         rnd = self._rounds.get(offer.job_id)
-        key = (offer.partition, offer.offer)
+        first, count, part = offer.offer, max(1, offer.count), offer.partition
         if rnd is None or rnd.round_index != offer.round_index:
-            return [Answer(offer.job_id, offer.round_index, offer.partition, offer.offer, False)]
-        known = rnd.answers.get(key)
-        if known is not None:
-            return [Answer(offer.job_id, offer.round_index, offer.partition, offer.offer, known)]
-        accepted = self.rule.backstop and rnd.unallocated > 0
-        rnd.answers[key] = accepted
-        out: list[Answer | Recall] = [
-            Answer(offer.job_id, offer.round_index, offer.partition, offer.offer, accepted)
-        ]
-        if accepted:
-            rnd.accepted[offer.partition] += 1
-            if self.rule.recall_when_empty and rnd.unallocated == 0:
-                out.extend(self._recall(offer.job_id, rnd, offer.partition))
-            return out
-        if self.rule.backstop:
-            out.extend(self._recall(offer.job_id, rnd, offer.partition))
+            return [Answer(offer.job_id, offer.round_index, part, first, False, count)]
+        answers: list[bool] = []
+        refused = False
+        for number in range(first, first + count):
+            known = rnd.answers.get((part, number))
+            if known is None:
+                known = rnd.answers[(part, number)] = self.rule.backstop and rnd.unallocated > 0
+                if known:
+                    rnd.accepted[part] += 1
+                else:
+                    refused = True
+            answers.append(known)
+        out: list[Answer | Recall] = []
+        start = 0
+        for k in range(1, count + 1):
+            if k == count or answers[k] != answers[start]:
+                out.append(
+                    Answer(offer.job_id, offer.round_index, part, first + start, answers[start],
+                           k - start)
+                )  # fmt: skip
+                start = k
+        empty = self.rule.recall_when_empty and rnd.unallocated == 0 and any(answers)
+        if (refused and self.rule.backstop) or empty:
+            out.extend(self._recall(offer.job_id, rnd, part))
         return out
 
     def _recall(self, job_id: str, rnd: _OwnedRound, skip: int) -> list[Recall]:
@@ -471,7 +487,8 @@ class PartitionLeases:
 
     def offer(self, job_id: str, round_index: int) -> Offer:
         """Offer a held device to the round (the caller keeps the device until the
-        answer); a newer round than the lease's replaces it."""
+        answer; consecutive offers may travel as one message: ``merge_offers``); a newer
+        round than the lease's replaces it."""
         lease = self._leases.get(job_id)
         if lease is None or lease.round_index < round_index:
             lease = self._leases[job_id] = _Lease(round_index)
@@ -482,20 +499,22 @@ class PartitionLeases:
         lease.pending.add(number)
         return Offer(job_id, round_index, self.partition, number)
 
-    def on_answer(self, answer: Answer) -> bool:
-        """Apply an answer: True if it accepts a pending offer (assign the held device);
-        False if refused, a duplicate, or for a round this partition no longer leases."""
+    def on_answer(self, answer: Answer) -> list[int]:
+        """Apply an answer: the pending offers it accepts (assign their held devices);
+        none if it refuses them, repeats an earlier answer, or is for a round this
+        partition no longer leases."""
         if answer.partition != self.partition:
             raise ValueError(f"answer for partition {answer.partition} at {self.partition}")
         lease = self._leases.get(answer.job_id)
         if lease is None or lease.round_index != answer.round_index:
-            return False
-        if answer.offer not in lease.pending:
-            return False
-        lease.pending.discard(answer.offer)
-        if answer.accepted:
-            lease.accepted += 1
-        return answer.accepted
+            return []
+        numbers = range(answer.offer, answer.offer + max(1, answer.count))
+        answered = [n for n in numbers if n in lease.pending]
+        lease.pending.difference_update(answered)
+        if not answer.accepted:
+            return []
+        lease.accepted += len(answered)
+        return answered
 
     def on_recall(self, recall: Recall) -> Report | None:
         """Give back the unused part of the first ``recall.granted_total`` units granted
@@ -562,3 +581,20 @@ __all__ = [
     "Recall",
     "Report",
 ]
+
+
+def merge_offers(offers: list[Offer]) -> list[Offer]:
+    """Consecutive offers of one partition to one round as one message each run."""
+    out: list[Offer] = []
+    last: dict[tuple[str, int, int], int] = {}
+    for o in offers:
+        key = (o.job_id, o.round_index, o.partition)
+        k = last.get(key)
+        if k is not None and out[k].offer + out[k].count == o.offer:
+            prev = out[k]
+            out[k] = Offer(prev.job_id, prev.round_index, prev.partition, prev.offer,
+                           prev.count + o.count)  # fmt: skip
+            continue
+        last[key] = len(out)
+        out.append(o)
+    return out

@@ -39,6 +39,7 @@ from venn.core.lease import (
     Offer,
     PartitionLeases,
     Recall,
+    merge_offers,
 )
 from venn.core.lease import Report as LeaseReport
 from venn.core.scheduler import Scheduler
@@ -314,6 +315,7 @@ class CheckinPartition:
             self._assign(core, job, c.checkin_id, c.device_id, c, now, out, source)
             if self.leases.report_due(job_id, rnd):
                 out.reports.append(self.leases.report(job_id, rnd))
+        out.offers = merge_offers(out.offers)
         return out
 
     def _assign(
@@ -346,27 +348,28 @@ class CheckinPartition:
         return Decided(reports=[report], touched={recall.job_id})
 
     def on_answer(self, core: Scheduler, answer: Answer, now: float, source: str = "") -> Decided:
-        """An answer to an offer (the event ``source``): an accepted one assigns the held
-        device if its round is still open in the core; otherwise the device is declined
+        """An answer to offers (the event ``source``): an accepted offer assigns its held
+        device if the round is still open in the core; otherwise the device is declined
         (after a refusal the core's next candidate for it may need quota this partition
         does not hold)."""
-        held = self.offered.pop((answer.job_id, answer.round_index, answer.offer), None)
-        accepted = self.leases.on_answer(answer)
+        accepted = set(self.leases.on_answer(answer))
         out = Decided(touched={answer.job_id})
-        if held is None:
-            return out
-        self._offered_devices.discard(held.device_id)
         js = core.jobs.get(answer.job_id)
-        if (
-            accepted
-            and js is not None
-            and js.round_open
-            and js.round_index == answer.round_index
-            and js.remaining > 0
-        ):
-            self._assign(core, js.idx, held.checkin_id, held.device_id, held, now, out, source)
-        else:
-            out.declined.append((held.checkin_id, held.reply_to))
+        for number in range(answer.offer, answer.offer + max(1, answer.count)):
+            held = self.offered.pop((answer.job_id, answer.round_index, number), None)
+            if held is None:
+                continue
+            self._offered_devices.discard(held.device_id)
+            if (
+                number in accepted
+                and js is not None
+                and js.round_open
+                and js.round_index == answer.round_index
+                and js.remaining > 0
+            ):
+                self._assign(core, js.idx, held.checkin_id, held.device_id, held, now, out, source)
+            else:
+                out.declined.append((held.checkin_id, held.reply_to))
         return out
 
     # -- durable state -----------------------------------------------------------------
