@@ -687,8 +687,12 @@ class SchedulerState:
                 "round": js.round_index,
                 "items": entries,
             }
-        if self.rows.get(event.job_id, {}).get("core", {}).get("tier") != js.tier:
+        stored = self.rows.get(event.job_id, {}).get("core", {})
+        if stored.get("tier") != js.tier:
             # The core lifted the round's tier restriction when a competitor opened a
             # round (on another job's event): persist it here, on this job's partition.
+            self._save(event.job_id, partition)
+        elif self.lease_owner is not None and js.remaining <= 0 < stored.get("remaining", 0):
+            # Filled: the workers' replicas stop ranking it first (``sync_job``).
             self._save(event.job_id, partition)
         return adopted

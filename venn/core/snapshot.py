@@ -112,9 +112,12 @@ def _write_round(js: JobState, data: Snapshot) -> None:
 def sync_job(scheduler: Scheduler, data: Snapshot, now: float) -> None:
     """Bring a replica's job to its owner's latest snapshot (a worker deciding check-ins
     for jobs another worker owns). While the snapshot shows the round the replica has
-    open, the replica keeps its own count of the round's remaining demand (the
-    snapshot's is the one at the round's start); a new round, or its end, is taken
-    whole. Devices are not copied: the check-in partitions keep them."""
+    open, the replica keeps its own count of the round's remaining demand, lowered to
+    the snapshot's where that is lower: each counts assignments the other has not seen
+    (the replica its own worker's, the owner those read back from every worker), so the
+    lower is the closer. The owner writes one when a round fills, so that no replica
+    ranks a filled round first until it closes. A new round, or its end, is taken whole.
+    Devices are not copied: the check-in partitions keep them."""
     job_id = str(data["spec"]["job_id"])
     js = scheduler.jobs.get(job_id)
     if js is None:
@@ -122,6 +125,13 @@ def sync_job(scheduler: Scheduler, data: Snapshot, now: float) -> None:
         return
     same = (int(data["round_index"]), bool(data["round_open"]), int(data["attempts"]))
     if same == (js.round_index, js.round_open, js.attempts):
+        remaining = int(data["remaining"])
+        if js.round_open and remaining < js.remaining:
+            js.remaining = max(0, remaining)
+            if js.remaining == 0 and js.filled_at is None:
+                filled = data["filled_at"]
+                js.filled_at = now if filled is None else float(filled)
+            scheduler.touch(job_id)
         return
     if js.round_open:
         scheduler.close_round(job_id, js.round_index, now, False)

@@ -1,0 +1,95 @@
+"""A worker's replica of a job it does not own (``venn.core.snapshot.sync_job``): it keeps
+its own count of the open round, lowered to the owner's when that is lower, and takes a
+new round whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.scheduler.config import SchedulerConfig
+from services.scheduler.leases import LeaseOwner
+from services.scheduler.outputs import assignment, assignment_batch
+from services.scheduler.state import SchedulerState
+from venn import events as ev
+from venn.core import make_scheduler
+from venn.core.lease import LeaseRule
+from venn.core.model import JobSpec, Requirement
+from venn.core.scheduler import Scheduler
+from venn.core.snapshot import snapshot_job, sync_job
+from venn.settings import Settings
+
+NOW = 100.0
+
+
+def owner_and_replica() -> tuple[Scheduler, Scheduler]:
+    owner = make_scheduler("venn")
+    owner.add_job(JobSpec("a", Requirement.of({}), 10, 3, 60.0), NOW)
+    owner.add_job(JobSpec("b", Requirement.of({}), 12, 3, 60.0), NOW)
+    owner.request_round("a", 0, NOW, 10)
+    owner.request_round("b", 0, NOW, 12)
+    replica = make_scheduler("venn", track_devices=False)
+    replica.ranked = True
+    for js in owner.jobs.values():
+        sync_job(replica, snapshot_job(js), NOW)
+    return owner, replica
+
+
+def head(core: Scheduler) -> str:
+    slot = core.slot_of({})
+    table = core.table(NOW)
+    row = table.rows()[int(core.index.signature_of_slot[slot]) * core.num_tiers]
+    return core.by_idx[row[0]].spec.job_id
+
+
+def test_a_round_filled_elsewhere_stops_being_ranked_first() -> None:
+    owner, replica = owner_and_replica()
+    assert head(replica) == "a"  # the smaller job goes first
+    replica.assign_many(replica.jobs["a"].idx, 2, NOW)  # this worker's own assignments
+    for d in range(10):  # the owner reads back every worker's: the round is full
+        assert owner.adopt("a", 0, f"d{d}", NOW)
+    sync_job(replica, snapshot_job(owner.jobs["a"]), NOW)
+    assert replica.jobs["a"].remaining == 0
+    assert head(replica) == "b"
+
+
+def test_the_replica_keeps_its_own_count_when_it_is_the_lower() -> None:
+    owner, replica = owner_and_replica()
+    replica.assign_many(replica.jobs["a"].idx, 6, NOW)
+    assert owner.adopt("a", 0, "d0", NOW)
+    sync_job(replica, snapshot_job(owner.jobs["a"]), NOW)
+    assert replica.jobs["a"].remaining == 4
+
+
+def test_a_new_round_is_taken_whole() -> None:
+    owner, replica = owner_and_replica()
+    replica.assign_many(replica.jobs["a"].idx, 10, NOW)
+    owner.close_round("a", 0, NOW, True)
+    owner.request_round("a", 1, NOW, 10)
+    sync_job(replica, snapshot_job(owner.jobs["a"]), NOW)
+    assert (replica.jobs["a"].round_index, replica.jobs["a"].remaining) == (1, 10)
+
+
+def test_the_owner_writes_its_job_row_when_the_round_fills() -> None:
+    """The leased mode's owner (``SchedulerState`` with a ``LeaseOwner``) stores the
+    job's snapshot once its round is full, so that the replicas learn it."""
+    jobs: dict[str, Any] = {}
+    state = SchedulerState(SchedulerConfig(settings=Settings(), leased=True), jobs, {})
+    state.lease_owner = LeaseOwner(LeaseRule(2), {})
+    state.ensure_loaded(NOW)
+    registered = ev.JobRegistered(
+        event_id="reg", time=NOW, job_id="a", requirement={}, demand=3, rounds=2,
+        deadline_s=60.0, workload_s=1.0,
+    )  # fmt: skip
+    state.on_job_event(registered, 0, NOW)
+    state.on_job_event(
+        ev.RoundRequested(event_id="rr", time=NOW, job_id="a", round_index=0, demand=3), 0, NOW
+    )
+
+    def batch(devices: list[str]) -> ev.AssignmentBatch:
+        items = [assignment(f"c-{d}", d, "a", 0, "http://t", 1.0, 1.0, NOW) for d in devices]
+        return assignment_batch(f"b-{devices[0]}", "a", items, NOW)
+
+    state.on_assignment(batch(["d0", "d1"]), 0, NOW)
+    assert jobs["a"]["core"]["remaining"] == 3  # the row of the round's start
+    state.on_assignment(batch(["d2"]), 0, NOW)
+    assert jobs["a"]["core"]["remaining"] == 0
