@@ -168,8 +168,8 @@ class CheckinPartition:
         self.leases = PartitionLeases(partition, rule)
         self.holds: dict[str, tuple[str, int]] = {}
         """Device -> (job, round) of the assignment it holds, made here."""
-        self.offered: dict[tuple[str, int, int], PendingOffer] = {}
-        """(job, round, offer) -> the device held for it."""
+        self.offered: dict[tuple[str, int], dict[int, PendingOffer]] = {}
+        """(job, round) -> offer number -> the device held for it."""
         self._offered_devices: set[str] = set()
         self._rows: dict[str, _Held] = {}  # hold row id -> its live holds
         self._row_of: dict[str, str] = {}  # device -> the row of its hold
@@ -270,6 +270,10 @@ class CheckinPartition:
         # check-in. A signature first seen here is the exception: it has no row yet.
         table = core.table(now)
         rows = table.rows()
+        # Where each row's scan starts: an ordered row's candidates that had neither
+        # quota nor offers open stay so for the batch (grants and answers are events
+        # of their own), so a check-in skips those an earlier one walked past.
+        starts: dict[int, int] = {}
         for i, c in enumerate(checkins):
             if self.busy(core, c.device_id, out):
                 out.declined.append((c.checkin_id, c.reply_to))
@@ -279,18 +283,22 @@ class CheckinPartition:
                 core.replan()  # the plan must include it
                 table = core.table(now)
                 rows = table.rows()
+                starts.clear()
             key = sig * core.num_tiers + (c.tier if core.tiers is not None else 0)
             row = rows[key] if sig < table.counts.shape[0] else []
             if table.uniform and us is None:
                 us = draws() if draws is not None else [0.0] * len(checkins)
+            start = 0 if table.uniform else starts.get(key, 0)
             job, offered = pick_leased(
-                row,
+                row[start:] if start else row,
                 lambda j: self.leases.available(*core.round_of(j)),
                 lambda j: self.leases.offers_open(*core.round_of(j)),
                 table.uniform,
                 us[i] if us is not None else 0.0,
                 self.rule.backstop,
             )
+            if not table.uniform:
+                starts[key] = row.index(job, start) if job >= 0 else len(row)
             if job < 0:
                 out.declined.append((c.checkin_id, c.reply_to))
                 continue
@@ -298,7 +306,7 @@ class CheckinPartition:
             out.touched.add(job_id)
             if offered:
                 offer = self.leases.offer(job_id, rnd)
-                self.offered[(job_id, rnd, offer.offer)] = PendingOffer(
+                self.offered.setdefault((job_id, rnd), {})[offer.offer] = PendingOffer(
                     offer=offer.offer,
                     device_id=c.device_id,
                     checkin_id=c.checkin_id,
@@ -355,8 +363,11 @@ class CheckinPartition:
         accepted = set(self.leases.on_answer(answer))
         out = Decided(touched={answer.job_id})
         js = core.jobs.get(answer.job_id)
+        waiting = self.offered.get((answer.job_id, answer.round_index), {})
         for number in range(answer.offer, answer.offer + max(1, answer.count)):
-            held = self.offered.pop((answer.job_id, answer.round_index, number), None)
+            held = waiting.pop(number, None)
+            if not waiting:
+                self.offered.pop((answer.job_id, answer.round_index), None)
             if held is None:
                 continue
             self._offered_devices.discard(held.device_id)
@@ -381,7 +392,7 @@ class CheckinPartition:
         rnd = lease.round_index
         return PartitionRow(
             lease=lease,
-            offered=[p for (j, r, _), p in sorted(self.offered.items()) if (j, r) == (job_id, rnd)],
+            offered=[p for _, p in sorted(self.offered.get((job_id, rnd), {}).items())],
         )
 
     def restore(self, row: PartitionRow) -> None:
@@ -389,7 +400,7 @@ class CheckinPartition:
         lease = row.lease
         self.leases.restore(lease)
         for pending in row.offered:
-            self.offered[(lease.job_id, lease.round_index, pending.offer)] = pending
+            self.offered.setdefault((lease.job_id, lease.round_index), {})[pending.offer] = pending
             self._offered_devices.add(pending.device_id)
 
     def restore_holds(self, rows: dict[str, HoldRow]) -> None:
