@@ -110,6 +110,7 @@ def create_app(
         consumer_auto_offset_reset="earliest",
         producer_acks=tuning.faust_acks,
         producer_max_batch_size=tuning.faust_producer_max_batch_size,
+        producer_linger=tuning.faust_producer_linger_s,
         broker_session_timeout=tuning.session_timeout_ms / 1000,
         broker_rebalance_timeout=tuning.rebalance_timeout_ms / 1000,
         broker_heartbeat_interval=tuning.heartbeat_interval_ms / 1000,

@@ -28,6 +28,9 @@ class ClientTuning:
     name: str
     faust_producer_max_batch_size: int
     """Faust's own producer (table changelogs): bytes per partition batch."""
+    faust_producer_linger_s: float
+    """How long Faust's own producer gathers records into a batch (0: none; each record
+    that finds the sender idle then costs a produce request of its own)."""
     acks: Literal[1, "all"]
     session_timeout_ms: int
     rebalance_timeout_ms: int
@@ -51,6 +54,7 @@ class ClientTuning:
 TANSU = ClientTuning(
     name="tansu",
     faust_producer_max_batch_size=1,
+    faust_producer_linger_s=0.0,
     acks=1,
     # 6 s is also the smallest session timeout Apache Kafka accepts by default.
     session_timeout_ms=6_000,
@@ -62,6 +66,7 @@ TANSU = ClientTuning(
 KAFKA = ClientTuning(
     name="kafka",
     faust_producer_max_batch_size=16_384,  # Faust's default
+    faust_producer_linger_s=0.005,
     acks="all",
     # A killed worker's partitions move after this long; Kafka's own default is 45 s.
     session_timeout_ms=10_000,
