@@ -1,5 +1,5 @@
 """Scheduler CPU per check-in of a CheckinBatch, in process: item by item (the path before
-issue 13 item 3) against columnar, in the same run.
+issue 13 item 3) against columnar, and the leased mode's path (issue 13), in the same run.
 
 Both paths start from the same encoded CheckinBatch messages (128 check-ins each, as the
 gateway sends them) and a fresh `SchedulerState` (venn policy) holding the pipeline bench's
@@ -13,6 +13,14 @@ from Faust and Kafka:
 - *columnar*: `venn.checkin_columns.checkin_columns`, `SchedulerState.on_checkin_batch`
   (the core's `Scheduler.checkin_batch`), `encode`; read-back: `own_output` (the bytes it
   sent) and `on_assignment`.
+- *leased*: one leased worker holding all 12 partitions: `checkin_columns`,
+  `LeasedCheckins.on_checkins` on the message's partition, `encode`, the owner's
+  read-back, and then every lease message (grants, reports, offers, answers, recalls)
+  handled by its owner or partition in the order sent, as one Kafka partition delivers
+  them (stage "lease messages"), with what those assign.
+
+Each path also counts table rows written per check-in (each a changelog record in the
+pipeline), lease messages and the deciding core's table compiles.
 
 The core alone is measured too: `Scheduler.checkin` per check-in against
 `Scheduler.checkin_batch`, on the same slots and tiers. CPU time (process_time), median of
@@ -33,6 +41,9 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
+from collections import deque
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +53,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.scheduler.config import SchedulerConfig  # noqa: E402
-from services.scheduler.state import SchedulerState, uniform_of  # noqa: E402
+from services.scheduler.leases import (  # noqa: E402
+    OWNER_KINDS,
+    LeasedCheckins,
+    LeaseOwner,
+    Replica,
+)
+from services.scheduler.state import SchedulerState, speed_proxies, uniform_of  # noqa: E402
 from venn import events as ev  # noqa: E402
 from venn.checkin_columns import AttrsCache, checkin_columns  # noqa: E402
 from venn.core import make_scheduler  # noqa: E402
+from venn.core.lease import LeaseRule  # noqa: E402
 from venn.core.model import JobSpec, Requirement  # noqa: E402
 from venn.settings import Settings  # noqa: E402
 
@@ -53,7 +71,10 @@ JSON_OUT = ROOT / "docs" / "bench" / "checkin_batch.json"
 BATCH = 128
 DEMAND = 250
 GOAL_US = 5.0
-STAGES = ("decode", "decide", "encode", "read_back")
+PARTITIONS = 12
+PATHS = ("item_by_item", "columnar", "leased")
+STAGES = ("decode", "decide", "encode", "read_back", "lease_messages")
+COUNTS = ("rows_per_checkin", "lease_messages_per_checkin", "compiles_per_checkin")
 
 
 def checkin_messages(n: int, attrs: dict[str, float], prefix: str) -> list[bytes]:
@@ -78,34 +99,105 @@ def checkin_messages(n: int, attrs: dict[str, float], prefix: str) -> list[bytes
     ]
 
 
-def fresh_state(jobs: int, attr: str) -> SchedulerState:
-    state = SchedulerState(SchedulerConfig(settings=Settings(), policy="venn"), {}, {})
-    now = time.time()
-    state.ensure_loaded(now)
-    for j in range(jobs):
-        job_id = f"job-{j}"
-        state.on_job_event(
-            ev.JobRegistered(
-                event_id=f"reg-{job_id}",
-                time=now,
-                job_id=job_id,
-                requirement={attr: 1.0},
-                demand=DEMAND,
-                rounds=100,
-                deadline_s=600.0,
-                workload_s=30.0,
-            ),
-            0,
-            now,
-        )
-        state.on_job_event(
-            ev.RoundRequested(
+class CountingTable(MutableMapping[str, Any]):
+    """A dict that counts writes and deletes (each a changelog record in the pipeline)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+        self.writes = 0
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.writes += 1
+        self.data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        self.writes += 1
+        del self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def partition_of(key: str) -> int:
+    return zlib.crc32(key.encode()) % PARTITIONS
+
+
+class Worker:
+    """One scheduler worker's state and tables, in the single or the leased mode (then
+    holding every partition, its lease messages delivered in process, in order)."""
+
+    def __init__(self, leased: bool) -> None:
+        settings = Settings(topic_partitions=PARTITIONS)
+        self.config = SchedulerConfig(settings=settings, policy="venn", leased=leased)
+        self.jobs, self.rounds, self.lease = CountingTable(), CountingTable(), CountingTable()
+        self.state = SchedulerState(self.config, self.jobs, self.rounds)
+        self.replica: Replica | None = None
+        if leased:
+            rule = LeaseRule(PARTITIONS)
+            self.replica = Replica(self.config)
+            self.state.lease_owner = LeaseOwner(rule, self.lease)
+            self.state.leased = LeasedCheckins(
+                self.config, rule, self.replica, self.lease, speed_proxies
+            )
+        self.messages: deque[ev.LeaseMessage] = deque()
+        self.lease_messages = 0
+        self.state.ensure_loaded(time.time())
+
+    def counts(self) -> tuple[int, int, int]:
+        """Rows written, lease messages handled, table compiles of the deciding core."""
+        core = self.replica.core if self.replica is not None else self.state.core
+        rows = self.jobs.writes + self.rounds.writes + self.lease.writes
+        return rows, self.lease_messages, core.compiles
+
+    def open_jobs(self, jobs: int, attr: str) -> None:
+        now = time.time()
+        for j in range(jobs):
+            job_id = f"job-{j}"
+            q = partition_of(job_id)
+            registered = ev.JobRegistered(
+                event_id=f"reg-{job_id}", time=now, job_id=job_id, requirement={attr: 1.0},
+                demand=DEMAND, rounds=100, deadline_s=600.0, workload_s=30.0,
+            )  # fmt: skip
+            requested = ev.RoundRequested(
                 event_id=f"rr-{job_id}", time=now, job_id=job_id, round_index=0, demand=DEMAND
-            ),
-            0,
-            now,
-        )
-    return state
+            )
+            self.state.on_job_event(registered, q, now)
+            self.route(self.state.on_job_event(requested, q, now) or [])
+            if self.replica is not None:
+                self.replica.apply(self.jobs[job_id], now)
+        if self.replica is not None:
+            self.deliver(now)
+
+    def route(self, out: list[ev.Event]) -> list[ev.Event]:
+        """Queue the lease messages; returns the other outputs."""
+        rest = []
+        for o in out:
+            if isinstance(o, ev.LeaseMessage):
+                self.messages.append(o)
+            else:
+                rest.append(o)
+        return rest
+
+    def deliver(self, now: float) -> list[ev.Event]:
+        """Handle every queued lease message (and those they cause), in order."""
+        out: list[ev.Event] = []
+        owner, leased = self.state.lease_owner, self.state.leased
+        assert owner is not None and leased is not None
+        while self.messages:
+            m = self.messages.popleft()
+            self.lease_messages += 1
+            if m.kind in OWNER_KINDS:
+                made = owner.on_event(m, partition_of(m.job_id), now)
+            else:
+                made = leased.on_event(m, m.partition, now)
+            out += self.route(made)
+        return out
 
 
 def per_item_outputs(state: SchedulerState, batch: ev.CheckinBatch, now: float) -> list[ev.Event]:
@@ -136,52 +228,75 @@ def per_item_outputs(state: SchedulerState, batch: ev.CheckinBatch, now: float) 
     return out
 
 
-def run_path(columnar: bool, messages: list[bytes], jobs: int, attr: str) -> dict[str, Any]:
-    """CPU µs per check-in of each stage, and the assignments made."""
-    state = fresh_state(jobs, attr)
+def run_path(path: str, messages: list[bytes], jobs: int, attr: str) -> dict[str, Any]:
+    """CPU µs per check-in of each stage, rows, lease messages and compiles per check-in,
+    and the assignments made."""
+    worker = Worker(leased=path == "leased")
+    worker.open_jobs(jobs, attr)
+    state = worker.state
     cache = AttrsCache()
     allowed_in = ev.ALLOWED_ON["venn.checkins"]
     allowed_back = ev.ALLOWED_ON["venn.assignments"]
     spent = dict.fromkeys(STAGES, 0.0)
     clock = time.process_time
     assigned = 0
+
+    def read_back(out: list[ev.Event], now: float) -> int:
+        made = 0
+        for event in out:
+            if not isinstance(event, ev.AssignmentBatch):
+                continue
+            value = ev.encode(event)
+            if path == "item_by_item":
+                back = ev.decode(value, allowed_back)
+            else:
+                state.sent_output(event, value)
+                back = state.own_output(value) or ev.decode(value, allowed_back)
+            state.on_assignment(back, partition_of(event.job_id), now)
+            state.recent.add(back.event_id)
+            made += len(event.assignments)
+        return made
+
+    before = worker.counts()
     gc.collect()
     for raw in messages:
         now = time.time()
         t0 = clock()
-        decoded: Any = checkin_columns(raw, cache) if columnar else None
+        decoded: Any = checkin_columns(raw, cache) if path != "item_by_item" else None
         if decoded is None:
             decoded = ev.decode(raw, allowed_in)
         t1 = clock()
-        if columnar:
+        if path == "columnar":
             out = state.on_checkin_batch(decoded, now)
+        elif path == "leased":
+            assert state.leased is not None
+            # A partition reads its own devices' check-ins (the gateway keys them).
+            q = partition_of(decoded.event_id)
+            out = worker.route(state.leased.on_checkins(decoded, q, now))
         else:
             out = per_item_outputs(state, decoded, now)
         state.recent.add(decoded.event_id)
         t2 = clock()
-        values = [ev.encode(o) for o in out]
+        for o in out:
+            ev.encode(o)
         t3 = clock()
-        for event, value in zip(out, values, strict=True):
-            if not isinstance(event, ev.AssignmentBatch):
-                continue
-            if columnar:
-                state.sent_output(event, value)
-                back = state.own_output(value) or ev.decode(value, allowed_back)
-            else:
-                back = ev.decode(value, allowed_back)
-            state.on_assignment(back, 0, now)
-            state.recent.add(back.event_id)
-            assigned += len(event.assignments)
+        assigned += read_back(out, now)
         t4 = clock()
+        if path == "leased":
+            assigned += read_back(worker.deliver(now), now)
+        t5 = clock()
         spent["decode"] += t1 - t0
         spent["decide"] += t2 - t1
         spent["encode"] += t3 - t2
         spent["read_back"] += t4 - t3
+        spent["lease_messages"] += t5 - t4
     total = sum(spent.values())
     count = len(messages) * BATCH
+    after = worker.counts()
     return {
         "us_per_checkin": {k: v / count * 1e6 for k, v in spent.items()}
         | {"total": total / count * 1e6},
+        **{k: (a - b) / count for k, a, b in zip(COUNTS, after, before, strict=True)},
         "assigned": assigned,
     }
 
@@ -222,6 +337,7 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
             k: round(statistics.median(r["us_per_checkin"][k] for r in runs), 2) for k in keys
         },
         "total_repeats": [round(r["us_per_checkin"]["total"], 2) for r in runs],
+        **{k: round(statistics.median(r[k] for r in runs), 4) for k in COUNTS},
         "assigned": runs[0]["assigned"],
     }
 
@@ -241,12 +357,12 @@ def measure(n: int, repeats: int) -> dict[str, Any]:
     workloads = {"no_job": ({"other": 1.0}, "none"), "assign": ({"bench": 2.0}, "elig")}
     result: dict[str, Any] = {"jobs": jobs}
     for name, (attrs, prefix) in workloads.items():
-        runs: dict[str, list[dict[str, Any]]] = {"item_by_item": [], "columnar": []}
-        for _ in range(repeats):  # interleaved, so that machine noise hits both
+        runs: dict[str, list[dict[str, Any]]] = {path: [] for path in PATHS}
+        for _ in range(repeats):  # interleaved, so that machine noise hits every path
             for path in runs:
                 # Fresh messages each run: older check-ins would be stale (10 s) and dropped.
                 messages = checkin_messages(n, attrs, prefix)
-                runs[path].append(run_path(path == "columnar", messages, jobs, "bench"))
+                runs[path].append(run_path(path, messages, jobs, "bench"))
         result[name] = {path: median_of(r) for path, r in runs.items()}
     cores = [core_paths(n, jobs) for _ in range(repeats)]
     result["core"] = {
@@ -257,8 +373,10 @@ def measure(n: int, repeats: int) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     lines = [
-        "| Workload | Path | decode | decide | encode | read-back | total µs/check-in | repeats |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Workload | Path | decode | decide | encode | read-back | lease messages "
+        "| total µs/check-in | repeats | rows/check-in | lease messages/check-in "
+        "| compiles/check-in | assigned |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     jobs = f"{result['jobs']} jobs x {DEMAND}"
     labels = {"no_job": "no job admits the devices", "assign": f"{jobs}, all eligible"}
@@ -268,7 +386,10 @@ def report(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {label} | {path.replace('_', ' ')} | {us['decode']:.2f} | "
                 f"{us['decide']:.2f} | {us['encode']:.2f} | {us['read_back']:.2f} | "
-                f"**{us['total']:.2f}** | {', '.join(f'{x:.2f}' for x in r['total_repeats'])} |"
+                f"{us['lease_messages']:.2f} | **{us['total']:.2f}** | "
+                f"{', '.join(f'{x:.2f}' for x in r['total_repeats'])} | "
+                f"{r['rows_per_checkin']:.3f} | {r['lease_messages_per_checkin']:.3f} | "
+                f"{r['compiles_per_checkin']:.3f} | {r['assigned']:,} |"
             )
     core = result["core"]
     lines.append("")
