@@ -183,15 +183,17 @@ class TableCompiler:
     ) -> DispatchTable:
         """The table for the open jobs under the policy's current preference."""
         num_sigs = view.num_signatures
-        sigs = max(1, num_sigs)
         v = self.num_tiers
         n = len(jobs)
         uniform = policy.mode == "uniform"
         if n == 0 or num_sigs == 0:
+            # One row per signature known, none when none is: a caller tells a signature
+            # first seen since this compile by ``sig >= rows`` (a row for no signature
+            # hid the first one, and its devices were declined until the next plan event).
             width = max(1, n) if uniform else 1
             return DispatchTable(
-                np.full((sigs, v, width), -1, dtype=np.int64),
-                np.zeros((sigs, v), dtype=np.int64),
+                np.full((num_sigs, v, width), -1, dtype=np.int64),
+                np.zeros((num_sigs, v), dtype=np.int64),
                 uniform,
                 jobs.budgets(num_jobs),
             )
@@ -220,9 +222,9 @@ class TableCompiler:
         n = len(jobs)
         uniform = policy.mode == "uniform"
         if n == 0 or num_sigs == 0:
-            return DispatchTable(
-                np.full((max(1, num_sigs), self.num_tiers, max(1, n)), -1, dtype=np.int64),
-                np.zeros((max(1, num_sigs), self.num_tiers), dtype=np.int64),
+            return DispatchTable(  # one row per signature known, as ``compile``'s
+                np.full((num_sigs, self.num_tiers, max(1, n)), -1, dtype=np.int64),
+                np.zeros((num_sigs, self.num_tiers), dtype=np.int64),
                 uniform,
                 jobs.budgets(num_jobs),
             )

@@ -22,7 +22,9 @@ NO_LIMIT = np.iinfo(np.int64).max // 4
 @dataclass(frozen=True)
 class DispatchTable:
     # int64 [signatures, tiers, width]: job idx, -1 padded; a first pick keeps only each
-    # row's head (width 1), a uniform pick the whole row.
+    # row's head (width 1), a uniform pick the whole row. One row per signature known at
+    # the compile (none before any device was seen): a signature at or past the last row
+    # was first seen since, and the plan must be recomputed to include it.
     candidates: np.ndarray
     counts: np.ndarray  # int64 [signatures, tiers]: candidates listed (a first pick: 1 or 0)
     uniform: bool  # pick uniformly among candidates (else the first)
@@ -118,9 +120,10 @@ def overtake_counts(
 
 
 def empty_table(num_jobs: int) -> DispatchTable:
+    """A table for no signature (a scheduler's before its first compile)."""
     return DispatchTable(
-        candidates=np.full((1, 1, 1), -1, dtype=np.int64),
-        counts=np.zeros((1, 1), dtype=np.int64),
+        candidates=np.full((0, 1, 1), -1, dtype=np.int64),
+        counts=np.zeros((0, 1), dtype=np.int64),
         uniform=False,
         budget=np.full(num_jobs, NO_LIMIT, dtype=np.int64),
     )
