@@ -277,7 +277,9 @@ class LeasedCheckins:
         self.parts: dict[int, CheckinPartition] = {}
         self.stale = 0
 
-    def load(self, owned: Collection[int] | None) -> None:
+    def load(self, owned: Collection[int] | None, now: float) -> list[ev.Event]:
+        """Restore the owned partitions from their rows; returns the offers still waiting
+        for an answer, to send again (their first send may have been lost)."""
         self.parts = {}
         holds: dict[int, dict[str, HoldRow]] = {}
         for key, row in list(self.table.items()):
@@ -298,14 +300,19 @@ class LeasedCheckins:
                 log.exception("cannot restore lease row %r; skipped", key)
         for q, rows in holds.items():
             try:
-                self.part(q).restore_holds(rows)
+                empty = self.part(q).restore_holds(rows)
             except ValueError:
                 log.exception("cannot restore the hold rows of partition %d; skipped", q)
+                continue
+            for row_id in empty:
+                self.table.pop(f"h:{q}:{row_id}", None)
+        return [to_event(o, now) for part in self.parts.values() for o in part.pending_offers()]
 
     def part(self, q: int) -> CheckinPartition:
         part = self.parts.get(q)
         if part is None:
             part = self.parts[q] = CheckinPartition(q, self.rule)
+            part.gone = self.replica.removed
         return part
 
     def on_checkins(self, cols: CheckinColumns, q: int, now: float) -> list[ev.Event]:

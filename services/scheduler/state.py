@@ -198,7 +198,7 @@ class SchedulerState:
 
     def _load_leases(self, owned: Collection[int] | None, now: float) -> None:
         if self.leased is not None:
-            self.leased.load(owned)
+            self.backlog += self.leased.load(owned, now)
         owner = self.lease_owner
         if owner is None:
             return

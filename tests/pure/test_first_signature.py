@@ -116,5 +116,5 @@ def test_leased_partition_after_an_empty_compile() -> None:
     for grant in LeaseBook(rule).open_round("j", 0, 1000):
         part.on_grant(grant)
     slot = core.slot_of({"probe": 1.0})
-    decided = part.decide(core, [Checkin("c0", "d0", slot, 0)], NOW + 1)
+    decided = part.decide(core, [Checkin("c0", "d0", slot, 0)], NOW + 1, source="e0")
     assert [a.job_id for a in decided.assigned] == ["j"]

@@ -128,7 +128,7 @@ class Fleet:
                 self.apply(q, part.on_recall(msg))
             else:
                 source = f"answer:{msg.partition}:{msg.round_index}:{msg.offer}"
-                self.apply(q, part.on_answer(self.cores[q], msg, NOW, source))
+                self.apply(q, part.on_answer(self.cores[q], msg, NOW, source=source))
 
     def drain(self) -> None:
         """Deliver every message on the wire once, in order, and those sent meanwhile."""
@@ -240,12 +240,18 @@ def test_a_held_device_is_declined_until_released() -> None:
     fleet = Fleet(1, [5])
     fleet.deliver(fleet.wire.pop(0))  # the one partition's grant: floor(5/2) = 2
     part = fleet.parts[0]
-    first = part.decide(fleet.cores[0], [Checkin("c1", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
+    first = part.decide(
+        fleet.cores[0], [Checkin("c1", "d0", fleet.cores[0].slot_of({}), 0)], NOW, source="c1"
+    )
     assert [a.device_id for a in first.assigned] == ["d0"]
-    again = part.decide(fleet.cores[0], [Checkin("c2", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
+    again = part.decide(
+        fleet.cores[0], [Checkin("c2", "d0", fleet.cores[0].slot_of({}), 0)], NOW, source="c2"
+    )
     assert again.declined == [("c2", "")] and not again.assigned
     assert part.release("d0", "a", 0) is not None
-    third = part.decide(fleet.cores[0], [Checkin("c3", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
+    third = part.decide(
+        fleet.cores[0], [Checkin("c3", "d0", fleet.cores[0].slot_of({}), 0)], NOW, source="c3"
+    )
     assert [a.device_id for a in third.assigned] == ["d0"]
 
 
@@ -253,7 +259,9 @@ def test_a_hold_ends_with_its_round() -> None:
     fleet = Fleet(1, [4, 4])
     fleet.deliver(fleet.wire.pop(0))
     part = fleet.parts[0]
-    part.decide(fleet.cores[0], [Checkin("c1", "d0", fleet.cores[0].slot_of({}), 0)], NOW)
+    part.decide(
+        fleet.cores[0], [Checkin("c1", "d0", fleet.cores[0].slot_of({}), 0)], NOW, source="c1"
+    )
     assert part.busy(fleet.cores[0], "d0")
     fleet.next_round()
     assert not part.busy(fleet.cores[0], "d0")
@@ -266,7 +274,7 @@ def test_an_offered_device_waits_for_the_answer_and_survives_a_restart() -> None
     assert fleet.wire == []  # floor(2 / 6) = 0: everything in the reserve
     part = fleet.parts[1]
     core = fleet.cores[1]
-    out = part.decide(core, [Checkin("c1", "d1", core.slot_of({}), 0, 50.0, 9e3)], NOW)
+    out = part.decide(core, [Checkin("c1", "d1", core.slot_of({}), 0, 50.0, 9e3)], NOW, source="e1")
     fleet.apply(1, out)
     assert out.held == ["c1"] and len(out.offers) == 1
     fleet.restart(1)
@@ -275,12 +283,12 @@ def test_an_offered_device_waits_for_the_answer_and_survives_a_restart() -> None
     assert isinstance(offer, Offer)
     (answer,) = fleet.book.on_offer(offer)
     assert isinstance(answer, Answer) and answer.accepted
-    done = fleet.parts[1].on_answer(fleet.cores[1], answer, NOW)
+    done = fleet.parts[1].on_answer(fleet.cores[1], answer, NOW, source="a1")
     assert [(a.device_id, a.checkin_id, a.speed_ms_per_sample) for a in done.assigned] == [
         ("d1", "c1", 50.0)
     ]
     # A second copy of the answer assigns nothing more.
-    assert not fleet.parts[1].on_answer(fleet.cores[1], answer, NOW).assigned
+    assert not fleet.parts[1].on_answer(fleet.cores[1], answer, NOW, source="a1").assigned
 
 
 def test_rows_round_trip() -> None:
@@ -385,3 +393,77 @@ def test_a_device_s_latest_hold_is_the_one_restored() -> None:
     assert released is not None and released.hold_rows == {"e2": None}
     core.close_round("b", 0, NOW, True)
     assert again.sweep(core).hold_rows == {"e1": None}
+
+
+def two_jobs(backstop: bool = False) -> tuple[Scheduler, CheckinPartition, int]:
+    core = new_core()
+    for job in ("a", "b"):
+        core.add_job(JobSpec(job, Requirement.of({}), 10, 3, 60.0), NOW)
+        core.request_round(job, 0, NOW, 10)
+    part = CheckinPartition(0, LeaseRule(1, backstop=backstop))
+    return core, part, core.slot_of({})
+
+
+def stored_rows(outs: list[Decided]) -> dict[str, HoldRow]:
+    """The hold rows as a table holds them after these outputs, through JSON."""
+    stored: dict[str, bytes] = {}
+    for out in outs:
+        for row_id, row in out.hold_rows.items():
+            if row is None:
+                stored.pop(row_id, None)
+            else:
+                stored[row_id] = msgspec.json.encode(row)
+    return {k: msgspec.json.decode(v, type=HoldRow) for k, v in stored.items()}
+
+
+def test_a_replayed_event_s_row_is_the_latest() -> None:
+    """An event replayed after a restart adds a hold to the row of its first run: the
+    row takes a new number, so a void hold of the device in a later row does not win."""
+    core, part, slot = two_jobs()
+    part.on_grant(Grant("a", 0, 0, 2))
+    part.on_grant(Grant("b", 0, 0, 5))
+    outs = [part.decide(core, [Checkin("c1", "u", slot, 0)], NOW, source="e1")]
+    outs.append(part.decide(core, [Checkin(f"c2{d}", d, slot, 0) for d in "wd"], NOW, source="e2"))
+    assert part.holds == {"u": ("a", 0), "w": ("a", 0), "d": ("b", 0)}
+    core.close_round("b", 0, NOW, True)  # d's hold is void; e2's row keeps w, not rewritten
+    core.request_round("b", 1, NOW, 10)
+    part.on_grant(Grant("b", 1, 0, 2))
+    outs.append(part.decide(core, [Checkin("c3", "d", slot, 0)], NOW, source="e1"))  # a replay
+    assert part.holds["d"] == ("b", 1)
+    again = CheckinPartition(0, part.rule)
+    again.restore_holds(stored_rows(outs))
+    assert again.holds["d"] == ("b", 1) and again.busy(core, "d")
+
+
+def test_a_hold_of_a_job_the_replica_has_not_read_is_kept() -> None:
+    """A partition restored on a worker whose replica lags keeps the holds of rounds it
+    does not know yet; only a round known to have ended, or a job gone, frees them."""
+    core, part, slot = two_jobs()
+    part.on_grant(Grant("a", 0, 0, 2))
+    outs = [part.decide(core, [Checkin("c1", "d", slot, 0)], NOW, source="e1")]
+    lagging = new_core()
+    lagging.add_job(JobSpec("b", Requirement.of({}), 10, 3, 60.0), NOW)
+    lagging.request_round("b", 0, NOW, 10)
+    again = CheckinPartition(0, part.rule)
+    again.restore_holds(stored_rows(outs))
+    again.on_grant(Grant("b", 0, 0, 2))
+    out = again.decide(lagging, [Checkin("c2", "d", lagging.slot_of({}), 0)], NOW, source="e2")
+    assert out.declined == [("c2", "")] and not out.assigned and not out.hold_rows
+    again.gone = {"a"}
+    assert not again.busy(lagging, "d")
+
+
+def test_devices_offered_to_an_ended_round_are_declined_and_offers_sent_again() -> None:
+    core, part, slot = two_jobs(backstop=True)
+    out = part.decide(core, [Checkin(f"c{d}", d, slot, 0) for d in "xy"], NOW, source="e1")
+    assert [(o.job_id, o.offer, o.count) for o in out.offers] == [("a", 0, 2)]
+    restored = CheckinPartition(0, part.rule)
+    for job_id in out.touched:
+        row = part.row(job_id)
+        assert row is not None
+        restored.restore(decode_row(encode_row(row)))
+    assert restored.pending_offers() == out.offers  # to send again after a restart
+    core.close_round("a", 0, NOW, False)
+    swept = restored.sweep(core)
+    assert sorted(swept.declined) == [("cx", ""), ("cy", "")]
+    assert not restored.busy(core, "x") and restored.pending_offers() == []

@@ -431,6 +431,10 @@ class PartitionLeases:
             row.reported,
         )
 
+    def jobs(self) -> list[str]:
+        """The jobs this partition holds a lease of."""
+        return list(self._leases)
+
     def forget(self, job_id: str) -> None:
         """Drop the job's lease (the job ended)."""
         self._leases.pop(job_id, None)
@@ -568,21 +572,6 @@ class PartitionLeases:
         return Report(job_id, round_index, self.partition, 0)
 
 
-__all__ = [
-    "Answer",
-    "Grant",
-    "LeaseBook",
-    "LeaseRow",
-    "LeaseRule",
-    "Message",
-    "Offer",
-    "OwnedRoundRow",
-    "PartitionLeases",
-    "Recall",
-    "Report",
-]
-
-
 def merge_offers(offers: list[Offer]) -> list[Offer]:
     """Consecutive offers of one partition to one round as one message each run."""
     out: list[Offer] = []
@@ -598,3 +587,19 @@ def merge_offers(offers: list[Offer]) -> list[Offer]:
         last[key] = len(out)
         out.append(o)
     return out
+
+
+__all__ = [
+    "Answer",
+    "Grant",
+    "LeaseBook",
+    "LeaseRow",
+    "LeaseRule",
+    "Message",
+    "Offer",
+    "OwnedRoundRow",
+    "PartitionLeases",
+    "Recall",
+    "Report",
+    "merge_offers",
+]

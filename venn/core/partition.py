@@ -24,7 +24,7 @@ and rows are restored in that order, so a device's latest hold is the one restor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -175,6 +175,9 @@ class CheckinPartition:
         self._row_of: dict[str, str] = {}  # device -> the row of its hold
         self._by_round: dict[tuple[str, int], set[str]] = {}  # (job, round) -> row ids
         self._seq = 0
+        self.gone: Collection[str] = ()
+        """Jobs known to have ended (the caller's; a job the core does not know is not
+        taken for ended: the core may not have read it yet)."""
 
     # -- devices -----------------------------------------------------------------------
     def busy(self, core: Scheduler, device_id: str, out: Decided | None = None) -> bool:
@@ -186,7 +189,7 @@ class CheckinPartition:
         hold = self.holds.get(device_id)
         if hold is None:
             return False
-        if _open(core, *hold):
+        if not self._ended(core, *hold):
             return True
         self._end_hold(device_id, write=False, out=out)
         return False
@@ -201,17 +204,46 @@ class CheckinPartition:
         return out
 
     def sweep(self, core: Scheduler) -> Decided:
-        """Drop the holds of rounds the core no longer has open; rows left without a live
-        hold are to be deleted."""
+        """Drop the holds of rounds that ended (rows left without a live hold are to be
+        deleted), decline the devices held for offers to them, and forget the leases of
+        jobs that are gone."""
         out = Decided()
-        for key in [k for k in self._by_round if not _open(core, *k)]:
+        for key in [k for k in self._by_round if self._ended(core, *k)]:
             for row_id in self._by_round.pop(key):
                 held = self._rows.get(row_id)
                 if held is None:
                     continue
                 for device in [d for d, h in held.live.items() if h == key]:
                     self._end_hold(device, write=False, out=out)
+        for key in [k for k in self.offered if self._ended(core, *k)]:
+            for pending in self.offered.pop(key).values():
+                self._offered_devices.discard(pending.device_id)
+                out.declined.append((pending.checkin_id, pending.reply_to))
+            out.touched.add(key[0])
+        for job_id in [j for j in self.leases.jobs() if j in self.gone]:
+            self.leases.forget(job_id)
+            out.touched.add(job_id)
         return out
+
+    def _ended(self, core: Scheduler, job_id: str, round_index: int) -> bool:
+        """Whether the round is known to have ended: the core has the job at a later
+        round or with the round closed, or the job is gone. A round the core has not
+        reached yet, or a job it does not know, may be live (its replica lags)."""
+        js = core.jobs.get(job_id)
+        if js is None:
+            return job_id in self.gone
+        return js.round_index > round_index or (js.round_index == round_index and not js.round_open)
+
+    def pending_offers(self) -> list[Offer]:
+        """The offers still waiting for an answer (sent again after a restart: the send
+        may have been lost; the owner answers a repeated offer as it did the first)."""
+        return merge_offers(
+            [
+                Offer(job_id, rnd, self.partition, number)
+                for (job_id, rnd), waiting in sorted(self.offered.items())
+                for number in sorted(waiting)
+            ]
+        )
 
     def _end_hold(self, device_id: str, write: bool, out: Decided | None) -> None:
         """The device's hold ended. Its row is written again without it if ``write``
@@ -253,7 +285,8 @@ class CheckinPartition:
         checkins: Sequence[Checkin],
         now: float,
         draws: Callable[[], Sequence[float]] | None = None,
-        source: str = "",
+        *,
+        source: str,
     ) -> Decided:
         """Decide check-ins of one instant, in order, for the event ``source`` (its id
         names the row of the holds it makes). The core must be ranked."""
@@ -355,7 +388,7 @@ class CheckinPartition:
             return Decided()
         return Decided(reports=[report], touched={recall.job_id})
 
-    def on_answer(self, core: Scheduler, answer: Answer, now: float, source: str = "") -> Decided:
+    def on_answer(self, core: Scheduler, answer: Answer, now: float, *, source: str) -> Decided:
         """An answer to offers (the event ``source``): an accepted offer assigns its held
         device if the round is still open in the core; otherwise the device is declined
         (after a refusal the core's next candidate for it may need quota this partition
@@ -403,9 +436,10 @@ class CheckinPartition:
             self.offered.setdefault((lease.job_id, lease.round_index), {})[pending.offer] = pending
             self._offered_devices.add(pending.device_id)
 
-    def restore_holds(self, rows: dict[str, HoldRow]) -> None:
+    def restore_holds(self, rows: dict[str, HoldRow]) -> list[str]:
         """Take back the stored hold rows (by id), in their sequence: a device's latest
-        hold wins."""
+        hold wins. Returns the rows left with no hold, to delete."""
+        empty: list[str] = []
         for row_id, row in sorted(rows.items(), key=lambda kv: kv[1].seq):
             if row.version != ROW_VERSION:
                 raise ValueError(f"a hold row of version {row.version}")
@@ -417,18 +451,16 @@ class CheckinPartition:
                     older.live.pop(device, None)
                     if not older.live:
                         del self._rows[earlier]
+                        empty.append(earlier)
                 held.live[device] = (job_id, rnd)
                 self.holds[device] = (job_id, rnd)
                 self._row_of[device] = row_id
                 self._by_round.setdefault((job_id, rnd), set()).add(row_id)
             if not held.live:
                 del self._rows[row_id]
+                empty.append(row_id)
             self._seq = max(self._seq, row.seq + 1)
-
-
-def _open(core: Scheduler, job_id: str, round_index: int) -> bool:
-    js = core.jobs.get(job_id)
-    return js is not None and js.round_open and js.round_index == round_index
+        return empty
 
 
 def encode_row(row: PartitionRow) -> bytes:
