@@ -59,7 +59,7 @@ from services.scheduler.leases import (  # noqa: E402
     LeaseOwner,
     Replica,
 )
-from services.scheduler.state import SchedulerState, speed_proxies, uniform_of  # noqa: E402
+from services.scheduler.state import SchedulerState, uniform_of  # noqa: E402
 from venn import events as ev  # noqa: E402
 from venn.checkin_columns import AttrsCache, checkin_columns  # noqa: E402
 from venn.core import make_scheduler  # noqa: E402
@@ -142,9 +142,7 @@ class Worker:
             rule = LeaseRule(PARTITIONS)
             self.replica = Replica(self.config)
             self.state.lease_owner = LeaseOwner(rule, self.lease)
-            self.state.leased = LeasedCheckins(
-                self.config, rule, self.replica, self.lease, speed_proxies
-            )
+            self.state.leased = LeasedCheckins(self.config, rule, self.replica, self.lease)
         self.messages: deque[ev.LeaseMessage] = deque()
         self.lease_messages = 0
         self.state.ensure_loaded(time.time())

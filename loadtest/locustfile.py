@@ -44,6 +44,7 @@ from confluent_kafka import KafkaException, Producer  # noqa: E402
 
 from venn import events as ev  # noqa: E402
 from venn.broker import topics  # noqa: E402
+from venn.core.capacity import measures_of  # noqa: E402
 from venn.traces.checkins import (  # noqa: E402
     DAY_S,
     DIURNAL_AMPLITUDE,
@@ -72,8 +73,6 @@ BROKER = os.environ.get("VENN_BROKER", "127.0.0.1:9092")
 SEED = int(os.environ.get("VENN_SEED", "0"))
 
 PROFILES = load_device_profiles()
-REFERENCE_SPEED_MS = 78.0
-REFERENCE_BANDWIDTH_KBPS = 13736.0
 _started = time.monotonic()
 
 
@@ -100,8 +99,8 @@ def device(number: int, untiered: bool = False) -> tuple[str, dict[str, float], 
     profile = UNTIERED[number % len(UNTIERED)] if untiered else number % len(PROFILES)
     attrs = PROFILES.attrs[profile]
     comp, comm = synthetic_capacity(np.array([number]), SEED)
-    speed = round(float(REFERENCE_SPEED_MS * comp[0]), 3)
-    bandwidth = round(float(REFERENCE_BANDWIDTH_KBPS * comm[0]), 3)
+    speeds, bandwidths = measures_of(comp, comm)
+    speed, bandwidth = round(float(speeds[0]), 3), round(float(bandwidths[0]), 3)
     reported = {k: v for k, v in attrs.items() if k != "speed_ms_per_sample"}
     return f"dev-{number:09d}", reported, speed, bandwidth
 

@@ -29,12 +29,11 @@ from venn.auth.local import issuer
 from venn.broker import topics
 from venn.broker.publish import KafkaEvents
 from venn.broker.stream import EventStream, KafkaRecords, owned_by
+from venn.core.capacity import measures_of
 from venn.events import Assignment, DeviceCheckin, DeviceResult
 from venn.sdk.clock import TraceClock
 from venn.settings import Settings
 from venn.traces.checkins import (
-    FLEET_MEAN_COMM_KBPS,
-    FLEET_MEAN_COMP_MS,
     CheckinBatch,
     CheckinSource,
     SyntheticTrace,
@@ -132,6 +131,8 @@ class DeviceFleet:
 
     def _checkin_events(self, batch: CheckinBatch) -> Iterator[DeviceCheckin]:
         now = time.time()
+        speed_arr, bandwidth_arr = measures_of(batch.comp, batch.comm)
+        speeds, bandwidths = speed_arr.tolist(), bandwidth_arr.tolist()
         for i in range(len(batch)):
             device = str(int(batch.device_id[i]))
             self.stats.checkins += 1
@@ -140,8 +141,8 @@ class DeviceFleet:
                 time=now,
                 device_id=device,
                 attrs=self.profiles.attrs[int(batch.profile[i])],
-                speed_ms_per_sample=float(batch.comp[i]) * FLEET_MEAN_COMP_MS,
-                bandwidth_kbps=float(batch.comm[i]) * FLEET_MEAN_COMM_KBPS,
+                speed_ms_per_sample=speeds[i],
+                bandwidth_kbps=bandwidths[i],
             )
 
     def _open_windows(self, batch: CheckinBatch) -> None:

@@ -46,7 +46,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.scheduler import leases, metrics
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.stall import StallWatch
-from services.scheduler.state import Rejected, SchedulerState, speed_proxies
+from services.scheduler.state import Rejected, SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
 from services.scheduler.transport import OutputProducer, SchedulerApp, TrackedTable
 from venn import events as ev
@@ -154,7 +154,7 @@ def create_app(
         rule = leases.lease_rule(partitions)
         replica = leases.Replica(config)
         state.lease_owner = leases.LeaseOwner(rule, lease_table)
-        state.leased = leases.LeasedCheckins(config, rule, replica, lease_table, speed_proxies)
+        state.leased = leases.LeasedCheckins(config, rule, replica, lease_table)
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:

@@ -31,7 +31,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, MutableMapping
+from collections.abc import Collection, MutableMapping
 from typing import Any
 
 import faust
@@ -44,6 +44,7 @@ from services.scheduler.outputs import assignment, assignment_batch, uniform_of
 from venn import events as ev
 from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
+from venn.core.capacity import proxies_of
 from venn.core.lease import (
     Answer,
     Grant,
@@ -267,13 +268,11 @@ class LeasedCheckins:
         rule: LeaseRule,
         replica: Replica,
         table: MutableMapping[str, Any],
-        proxies: Callable[[np.ndarray, np.ndarray], np.ndarray],
     ) -> None:
         self.config = config
         self.rule = rule
         self.replica = replica
         self.table = table
-        self.proxies = proxies
         self.parts: dict[int, CheckinPartition] = {}
         self.stale = 0
 
@@ -325,7 +324,7 @@ class LeasedCheckins:
             core.observe_many(slots[watching], np.full(int(watching.sum()), now))
         deciding = np.flatnonzero(fresh & ~cols.observe_only).tolist()
         tiers = (
-            core.tiers.tiers_of(self.proxies(cols.speeds, cols.bandwidths)).tolist()
+            core.tiers.tiers_of(proxies_of(cols.speeds, cols.bandwidths)).tolist()
             if core.tiers is not None
             else [0] * len(cols)
         )

@@ -29,7 +29,6 @@ job and batch.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Collection, MutableMapping
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from venn import events as ev
 from venn.auth import AuthError, check_job_event
 from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
+from venn.core.capacity import proxies_of, proxy_of
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import restore_job, snapshot_job
@@ -54,9 +54,6 @@ from venn.fields import INDEX_MAX
 log = logging.getLogger(__name__)
 
 Row = dict[str, Any]
-
-REFERENCE_SPEED_MS = 78.0
-REFERENCE_BANDWIDTH_KBPS = 13736.0
 
 
 SENT_MAX_BYTES = 32 << 20
@@ -67,22 +64,6 @@ SENT_ID = b'"event_id":"'
 
 class Rejected(Exception):
     """A well-formed event that cannot be applied (e.g. unknown job): dead-letter it."""
-
-
-def speed_proxy(speed_ms_per_sample: float, bandwidth_kbps: float) -> float:
-    """The reference code's capacity proxy ``60*comp + 10/comm`` (lower is faster)."""
-    comp = speed_ms_per_sample / REFERENCE_SPEED_MS
-    comm = bandwidth_kbps / REFERENCE_BANDWIDTH_KBPS
-    return 60 * comp + (10 / comm if comm > 0 else math.inf)
-
-
-def speed_proxies(speeds: np.ndarray, bandwidths: np.ndarray) -> np.ndarray:
-    """``speed_proxy`` of many devices at once (the same values)."""
-    comp = speeds / REFERENCE_SPEED_MS
-    comm = bandwidths / REFERENCE_BANDWIDTH_KBPS
-    with np.errstate(divide="ignore"):
-        slow = np.where(comm > 0, 10 / np.where(comm > 0, comm, 1.0), np.inf)
-    return 60 * comp + slow
 
 
 @dataclass
@@ -441,7 +422,7 @@ class SchedulerState:
         if event.observe_only:
             self.core.observe_many(np.array([slot]), np.array([now]))
             return None
-        tier = self.core.tier_of(speed_proxy(event.speed_ms_per_sample, event.bandwidth_kbps))
+        tier = self.core.tier_of(proxy_of(event.speed_ms_per_sample, event.bandwidth_kbps))
         compiles, started = self.core.compiles, time.perf_counter()
         decision = self.core.checkin(
             slot, now, tier=tier, u=uniform_of(event.event_id), device_id=event.device_id
@@ -509,7 +490,7 @@ class SchedulerState:
             event_ids = cols.event_ids
             subset = deciding.tolist()
             tiers = (
-                core.tiers.tiers_of(speed_proxies(cols.speeds[deciding], cols.bandwidths[deciding]))
+                core.tiers.tiers_of(proxies_of(cols.speeds[deciding], cols.bandwidths[deciding]))
                 if core.tiers is not None
                 else None
             )
@@ -595,7 +576,7 @@ class SchedulerState:
         devices = [a.device_id for a in items]
         core = self.core
         if core.tiers is not None:
-            proxies = speed_proxies(
+            proxies = proxies_of(
                 np.array([a.speed_ms_per_sample for a in items]),
                 np.array([a.bandwidth_kbps for a in items]),
             )
@@ -674,7 +655,7 @@ class SchedulerState:
             # Released before it was read back, or refused on adoption (over demand): kept
             # as inactive so that a replay of it is not accounted again.
             active = self.core.active_devices.get(a.device_id) == (a.job_id, a.round_index)
-            tier = self.core.tier_of(speed_proxy(a.speed_ms_per_sample, a.bandwidth_kbps))
+            tier = self.core.tier_of(proxy_of(a.speed_ms_per_sample, a.bandwidth_kbps))
             ledger.assignments.add(a.event_id)
             ledger.tiers[a.device_id] = tier if active else None
             entries.append([a.event_id, a.device_id, tier, active])

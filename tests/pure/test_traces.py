@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from venn.core.capacity import capacity_proxy
 from venn.data import data_file, find_data_file
 from venn.traces.checkins import (
     CapacityTiers,
@@ -17,7 +18,6 @@ from venn.traces.checkins import (
     FedScaleTrace,
     ReplayedTrace,
     SyntheticTrace,
-    capacity_proxy,
     concat,
     load_trace,
     synthetic_capacity,

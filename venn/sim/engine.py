@@ -27,6 +27,7 @@ from typing import Literal
 
 import numpy as np
 
+from venn.core.capacity import capacity_proxy
 from venn.core.dispatch import DispatchTable
 from venn.core.matching import TierModel
 from venn.core.model import JobSpec
@@ -43,7 +44,7 @@ from venn.sim.rounds import (
     RoundRecord,
     RoundStore,
 )
-from venn.traces.checkins import CheckinBatch, CheckinSource, capacity_proxy
+from venn.traces.checkins import CheckinBatch, CheckinSource
 from venn.traces.devices import DeviceProfiles
 
 Mode = Literal["fast", "event"]

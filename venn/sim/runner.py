@@ -10,12 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from venn.core.capacity import capacity_proxy
 from venn.core.matching import TierModel
 from venn.core.model import JobSpec
 from venn.sim.engine import Mode, SimConfig, SimRun
 from venn.sim.metrics import summarise
 from venn.sim.partitioned import make_simulation
-from venn.traces.checkins import CheckinSource, SyntheticTrace, capacity_proxy, load_trace
+from venn.traces.checkins import CheckinSource, SyntheticTrace, load_trace
 from venn.traces.devices import load_device_profiles
 from venn.workloads import Workload, load_workload
 

@@ -39,8 +39,8 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-FLEET_MEAN_COMP_MS = 78.0
-FLEET_MEAN_COMM_KBPS = 13_736.0
+from venn.core.capacity import FLEET_MEAN_COMM_KBPS, FLEET_MEAN_COMP_MS
+
 NUM_PROFILES = 959
 DAY_S = 86_400.0
 
@@ -130,11 +130,6 @@ def task_duration(
 ) -> np.ndarray:
     """Task time per check-in: ``W*comp + 2*C/comm`` (compute, then download + upload)."""
     return workload_s * batch.comp + 2.0 * transfer_s / batch.comm
-
-
-def capacity_proxy(comp: np.ndarray, comm: np.ndarray) -> np.ndarray:
-    """The tiering score of paper §4: ``60*comp + 10/comm`` seconds (lower = faster)."""
-    return 60.0 * np.asarray(comp, dtype=np.float64) + 10.0 / np.asarray(comm, dtype=np.float64)
 
 
 @runtime_checkable
