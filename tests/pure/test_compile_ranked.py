@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from venn.core import POLICIES, JobSpec, Requirement, make_scheduler
+from venn.core.capacity import TierModel
 from venn.core.dispatch import DispatchTable, overtake_count, overtake_counts
-from venn.core.matching import TierModel
 from venn.core.open_jobs import OpenJobs
 
 CPU_LEVELS = [0.0, 1.0, 4.0, 7.0]

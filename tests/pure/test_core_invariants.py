@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from venn.core import POLICIES, JobSpec, Requirement, make_scheduler
-from venn.core.matching import TierModel
+from venn.core.capacity import TierModel
 from venn.core.supply import SupplyWindow
 
 CPU_LEVELS = [0.0, 1.0, 4.0, 7.0]

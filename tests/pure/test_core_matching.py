@@ -8,7 +8,7 @@ fails for the slow one (1.7); which tier a round draws is random per attempt.
 from __future__ import annotations
 
 from venn.core import JobSpec, Requirement, make_scheduler
-from venn.core.matching import TierModel
+from venn.core.capacity import TierModel
 from venn.core.scheduler import Scheduler
 
 DEVICE = {"cpu_f": 8.0}

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from venn.core import POLICIES, JobSpec, Requirement, Scheduler, make_scheduler
+from venn.core.capacity import TierModel
 from venn.core.compile import TableCompiler
 from venn.core.dispatch import DispatchTable
 from venn.core.irs import IrsPlanner
-from venn.core.matching import TierModel
 from venn.core.open_jobs import OpenJobs
 from venn.core.policies import IrsPolicy
 

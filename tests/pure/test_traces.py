@@ -9,10 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from venn.core.capacity import capacity_proxy
+from venn.core.capacity import REFERENCE_CUTOFFS, TierModel, capacity_proxy
 from venn.data import data_file, find_data_file
 from venn.traces.checkins import (
-    CapacityTiers,
     CheckinBatch,
     CheckinSource,
     FedScaleTrace,
@@ -258,16 +257,15 @@ def test_capacity_tiers_equal_count_and_reference() -> None:
     comp, comm = synthetic_capacity(np.arange(40_000), 0)
     proxy = capacity_proxy(comp, comm)
     for v in (2, 3, 4):
-        tiers = CapacityTiers.from_sample(proxy, v)
+        tiers = TierModel.from_sample(proxy, v)
         assert tiers.num_tiers == v
-        counts = np.bincount(tiers.tier_of(proxy), minlength=v)
+        counts = np.bincount(tiers.tiers_of(proxy), minlength=v)
         assert counts.min() >= 0.99 * len(proxy) / v
-        assert np.median(proxy[tiers.tier_of(proxy) == 0]) < np.median(proxy)
-    ref = CapacityTiers.reference(4)
+        assert np.median(proxy[tiers.tiers_of(proxy) == 0]) < np.median(proxy)
+    ref = TierModel(REFERENCE_CUTOFFS[4])
     assert ref.cutoffs == (57.0, 120.0, 170.0)
-    np.testing.assert_array_equal(ref.tier_of(np.array([10.0, 57.0, 150.0, 999.0])), [0, 1, 2, 3])
-    assert CapacityTiers.reference(3).cutoffs == (72.0, 170.0)
-    assert CapacityTiers.reference(2).cutoffs == (120.0,)
+    np.testing.assert_array_equal(ref.tiers_of(np.array([10.0, 57.0, 150.0, 999.0])), [0, 1, 2, 3])
+    assert [ref.tier_of(x) for x in (10.0, 57.0, 150.0, 999.0)] == [0, 1, 2, 3]
 
 
 # -- device profiles -----------------------------------------------------------------------

@@ -3,58 +3,15 @@
 Devices fall into V capacity tiers (equal-count quantiles of a speed proxy). Restricting a
 round to tier u multiplies its scheduling delay by about V and its response time by
 g_u = p95(tier u) / p95(fleet). With c = T_resp / T_sched from the job's earlier rounds,
-restricting pays off iff ``V + g_u * c < 1 + c``.
+restricting pays off iff ``V + g_u * c < 1 + c``. The tiers themselves are
+``venn.core.capacity.TierModel``.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
-
-REFERENCE_CUTOFFS: dict[int, tuple[float, ...]] = {
-    2: (120.0,),
-    3: (72.0, 170.0),
-    4: (57.0, 120.0, 170.0),
-}
-"""Tier cut-offs of the reference code, in seconds of the proxy ``60*comp + 10/comm``."""
-
-
-@dataclass(frozen=True)
-class TierModel:
-    """Capacity tiers by cut-offs on a speed proxy (lower proxy = faster; tier 0 fastest)."""
-
-    cutoffs: tuple[float, ...]
-    prior_tail_ratio: tuple[float, ...] | None = None
-
-    @property
-    def num_tiers(self) -> int:
-        return len(self.cutoffs) + 1
-
-    def tier_of(self, proxy: float) -> int:
-        """Tier of one device."""
-        # bisect, not np.searchsorted: this runs once per check-in and numpy's scalar
-        # call costs ~10 µs; both are "right" insertion points, so tiers are identical.
-        return bisect.bisect_right(self.cutoffs, proxy)
-
-    def tiers_of(self, proxy: np.ndarray) -> np.ndarray:
-        """Tiers of many devices."""
-        return np.searchsorted(np.asarray(self.cutoffs), proxy, side="right").astype(np.int64)
-
-    @classmethod
-    def from_sample(cls, proxy: np.ndarray, num_tiers: int) -> TierModel:
-        """Equal-count tiers from a sample of the fleet's proxy values, with tail priors."""
-        qs = np.quantile(proxy, [i / num_tiers for i in range(1, num_tiers)])
-        model = cls(tuple(float(q) for q in qs))
-        tiers = model.tiers_of(proxy)
-        fleet = float(np.percentile(proxy, 95))
-        prior = tuple(
-            float(np.percentile(proxy[tiers == u], 95)) / fleet if (tiers == u).any() else 1.0
-            for u in range(num_tiers)
-        )
-        return cls(model.cutoffs, prior)
 
 
 def p95(values: np.ndarray) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from venn.core.matching import REFERENCE_CUTOFFS, TierModel
+from venn.core.capacity import REFERENCE_CUTOFFS, TierModel
 from venn.core.policies import FifoPolicy, IrsPolicy, RandomOrderPolicy, RandomPolicy, SrsfPolicy
 from venn.core.policies.base import Policy
 from venn.core.scheduler import Scheduler

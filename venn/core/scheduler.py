@@ -18,11 +18,12 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
+from venn.core.capacity import TierModel
 from venn.core.compile import TableCompiler
 from venn.core.dispatch import DispatchTable, empty_table
 from venn.core.eligibility import EligibilityIndex
 from venn.core.fairness import Progress, demand_weight, group_queue_scale, progress_ratio
-from venn.core.matching import TailTracker, TierModel, should_restrict
+from venn.core.matching import TailTracker, should_restrict
 from venn.core.model import Assignment, JobSpec
 from venn.core.open_jobs import OpenJobs
 from venn.core.policies.base import Policy, PolicyView

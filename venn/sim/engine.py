@@ -27,9 +27,8 @@ from typing import Literal
 
 import numpy as np
 
-from venn.core.capacity import capacity_proxy
+from venn.core.capacity import TierModel, capacity_proxy
 from venn.core.dispatch import DispatchTable
-from venn.core.matching import TierModel
 from venn.core.model import JobSpec
 from venn.core.policies import IrsPolicy
 from venn.core.registry import POLICIES, make_scheduler

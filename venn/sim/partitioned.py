@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from venn.core.capacity import TierModel
 from venn.core.dispatch import DispatchTable
 from venn.core.lease import (
     Answer,
@@ -39,7 +40,6 @@ from venn.core.lease import (
     Recall,
     Report,
 )
-from venn.core.matching import TierModel
 from venn.core.model import JobSpec
 from venn.core.partition import pick_leased
 from venn.sim.engine import _MESSAGE, SimConfig, Simulation, _Prepared

@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from venn.core.capacity import capacity_proxy
-from venn.core.matching import TierModel
+from venn.core.capacity import TierModel, capacity_proxy
 from venn.core.model import JobSpec
 from venn.sim.engine import Mode, SimConfig, SimRun
 from venn.sim.metrics import summarise
