@@ -127,7 +127,7 @@ def create_app(
     def raw_topic(name: str) -> faust.TopicT:
         return app.topic(name, key_serializer="raw", value_serializer="raw")
 
-    jobs_in, rounds_in, results_in, checkins_in, assignments = (
+    jobs_in, rounds_in, results_in, checkins_in, assignments, revocations_in = (
         raw_topic(name)
         for name in (
             topics.JOBS,
@@ -135,6 +135,7 @@ def create_app(
             topics.RESULTS,
             topics.CHECKINS,
             topics.ASSIGNMENTS,
+            topics.REVOCATIONS,
         )
     )
     owned: set[int] = set()
@@ -345,6 +346,9 @@ def create_app(
         (results_in, topics.RESULTS, state.on_result),
         (checkins_in, topics.CHECKINS, decide),
         (assignments, topics.ASSIGNMENTS, adopt),
+        # Read here only to dead-letter a bad record once (topics.DEAD_LETTER_OWNER): every
+        # worker applies every revocation from its own reader (follow_revocations).
+        (revocations_in, topics.REVOCATIONS, lambda event, partition, now: None),
     ]
     if config.leased:
         handlers.append((raw_topic(topics.LEASES), topics.LEASES, on_lease))

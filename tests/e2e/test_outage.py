@@ -161,8 +161,9 @@ def test_broker_loss_turns_health_red_and_everything_resumes(
 
 def test_each_bad_record_gets_exactly_one_dead_letter(stack: tuple[StackInfo, Settings]) -> None:
     """Issue 12, defect 8: a bad record on venn.jobs or venn.rounds got two dead letters
-    (scheduler and recorder), on venn.results one more per SDK client, on venn.replies none.
-    Now each gets one, from the service that owns that topic's input."""
+    (scheduler and recorder), on venn.results one more per SDK client, on venn.replies and
+    venn.revocations none. Now each gets one, from the service that owns that topic's
+    input."""
     _, settings = stack
     gateway = f"http://127.0.0.1:{settings.gateway_port}/healthz"
     wait_until(lambda: http(gateway)[0] == 200, 60, "the gateway to serve")
@@ -174,6 +175,7 @@ def test_each_bad_record_gets_exactly_one_dead_letter(stack: tuple[StackInfo, Se
         topics.ROUNDS: b'{"type": "round_closed", "marker": "' + marker.encode() + b'"}',
         topics.RESULTS: b"[" + marker.encode() + b"]",
         topics.REPLIES: b"\xff" + marker.encode(),
+        topics.REVOCATIONS: b'{"type": "token_revoked", "marker": "' + marker.encode() + b'"}',
     }
 
     async def run() -> list[ev.DeadLetter]:
