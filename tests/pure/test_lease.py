@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from venn.core.lease import (
     LeaseRule,
     Message,
     Offer,
+    OwnedRoundRow,
     PartitionLeases,
     Recall,
     Report,
@@ -180,3 +182,31 @@ def test_duplicate_offer_gets_the_same_answer_and_counts_once() -> None:
     assert isinstance(answer, Answer)
     assert part.on_answer(answer) and not part.on_answer(answer)
     assert part.assigned("j", 0) == 2
+
+
+def test_the_owner_row_keeps_answers_as_runs_and_restores_them() -> None:
+    """Offers in messages of several devices: the first ones fill the reserve, the rest
+    are refused. The stored row lists runs, not every offer (it is written again at each
+    offer), and a restored book answers a repeated offer as the first book did."""
+    rule = LeaseRule(2)
+    book = LeaseBook(rule)
+    book.open_round("j", 0, 10)  # 2 each, reserve 6
+    answers = [a for first, count in ((0, 4), (4, 3), (7, 3)) for a in
+               book.on_offer(Offer("j", 0, 1, first, count))]  # fmt: skip
+    assert [(a.offer, a.count, a.accepted) for a in answers if isinstance(a, Answer)] == [
+        (0, 4, True),
+        (4, 2, True),
+        (6, 1, False),
+        (7, 3, False),
+    ]
+    row = book.export("j")
+    assert row is not None and row.answers == [[1, 0, 6, 1], [1, 6, 4, 0]]
+    again = LeaseBook(rule)
+    again.restore(msgspec.convert(msgspec.json.decode(msgspec.json.encode(row)), OwnedRoundRow))
+    assert again.export("j") == row
+    replay = again.on_offer(Offer("j", 0, 1, 4, 3))
+    assert [(a.offer, a.count, a.accepted) for a in replay if isinstance(a, Answer)] == [
+        (4, 2, True),
+        (6, 1, False),
+    ]
+    assert again.committed("j", 0) == 10

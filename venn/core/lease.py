@@ -111,12 +111,14 @@ class Recall:
 Message = Grant | Report | Offer | Answer | Recall
 
 ROW_VERSION = 1
+OWNED_ROW_VERSION = 2
+"""2: answers as runs (1 listed every offer, and the row is written again at each)."""
 
 
 class OwnedRoundRow(msgspec.Struct, kw_only=True, frozen=True):
     """The owner's lease book of one job's open round, as stored in a table."""
 
-    version: int = ROW_VERSION
+    version: int = OWNED_ROW_VERSION
     job_id: str
     round_index: int
     demand: int
@@ -126,7 +128,8 @@ class OwnedRoundRow(msgspec.Struct, kw_only=True, frozen=True):
     released: list[int]
     accepted: list[int]
     recalled: list[int]
-    answers: list[list[int]]  # [partition, offer, accepted 0/1]
+    answers: list[list[int]]
+    """Runs of equal answers: [partition, first offer, count, accepted 0/1]."""
     tail: bool
 
 
@@ -331,7 +334,7 @@ class LeaseBook:
             released=list(rnd.released),
             accepted=list(rnd.accepted),
             recalled=list(rnd.recalled),
-            answers=sorted([p, o, int(a)] for (p, o), a in rnd.answers.items()),
+            answers=_runs(rnd.answers),
             tail=rnd.tail,
         )
 
@@ -339,7 +342,7 @@ class LeaseBook:
         """Take back a round exported by ``export`` (a newer round already here wins)."""
         p = self.rule.partitions
         lists = (row.granted, row.used, row.last, row.released, row.accepted, row.recalled)
-        if row.version != ROW_VERSION or any(len(x) != p for x in lists):
+        if row.version != OWNED_ROW_VERSION or any(len(x) != p for x in lists):
             raise ValueError(f"a lease row of {row.job_id!r} for another rule or version")
         cur = self._rounds.get(row.job_id)
         if cur is not None and cur.round_index >= row.round_index:
@@ -353,7 +356,11 @@ class LeaseBook:
             released=list(row.released),
             accepted=list(row.accepted),
             recalled=list(row.recalled),
-            answers={(int(q), int(o)): bool(a) for q, o, a in row.answers},
+            answers={
+                (int(q), int(first) + k): bool(a)
+                for q, first, count, a in row.answers
+                for k in range(int(count))
+            },
             tail=row.tail,
         )
 
@@ -570,6 +577,23 @@ class PartitionLeases:
             lease.reported = True
             return Report(job_id, round_index, self.partition, lease.used, lease.released)
         return Report(job_id, round_index, self.partition, 0)
+
+
+def _runs(answers: dict[tuple[int, int], bool]) -> list[list[int]]:
+    """Answers per (partition, offer) as runs of consecutive offers with equal answers."""
+    out: list[list[int]] = []
+    for (part, number), accepted in sorted(answers.items()):
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last[0] == part
+            and last[1] + last[2] == number
+            and last[3] == int(accepted)
+        ):
+            last[2] += 1
+        else:
+            out.append([part, number, 1, int(accepted)])
+    return out
 
 
 def merge_offers(offers: list[Offer]) -> list[Offer]:
