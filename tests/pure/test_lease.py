@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from venn.core.lease import (
     Answer,
+    AnswerRun,
     Grant,
     LeaseBook,
     LeaseRule,
@@ -200,7 +201,7 @@ def test_the_owner_row_keeps_answers_as_runs_and_restores_them() -> None:
         (7, 3, False),
     ]
     row = book.export("j")
-    assert row is not None and row.answers == [[1, 0, 6, 1], [1, 6, 4, 0]]
+    assert row is not None and row.answers == [AnswerRun(1, 0, 6, True), AnswerRun(1, 6, 4, False)]
     again = LeaseBook(rule)
     again.restore(msgspec.convert(msgspec.json.decode(msgspec.json.encode(row)), OwnedRoundRow))
     assert again.export("j") == row

@@ -115,6 +115,15 @@ OWNED_ROW_VERSION = 2
 """2: answers as runs (1 listed every offer, and the row is written again at each)."""
 
 
+class AnswerRun(msgspec.Struct, frozen=True, array_like=True):
+    """Offers ``first`` to ``first + count - 1`` of a partition, all answered alike."""
+
+    partition: int
+    first: int
+    count: int
+    accepted: bool
+
+
 class OwnedRoundRow(msgspec.Struct, kw_only=True, frozen=True):
     """The owner's lease book of one job's open round, as stored in a table."""
 
@@ -128,8 +137,8 @@ class OwnedRoundRow(msgspec.Struct, kw_only=True, frozen=True):
     released: list[int]
     accepted: list[int]
     recalled: list[int]
-    answers: list[list[int]]
-    """Runs of equal answers: [partition, first offer, count, accepted 0/1]."""
+    answers: list[AnswerRun]
+    """The answers given, as runs of consecutive offers with equal answers."""
     tail: bool
 
 
@@ -357,9 +366,9 @@ class LeaseBook:
             accepted=list(row.accepted),
             recalled=list(row.recalled),
             answers={
-                (int(q), int(first) + k): bool(a)
-                for q, first, count, a in row.answers
-                for k in range(int(count))
+                (run.partition, run.first + k): run.accepted
+                for run in row.answers
+                for k in range(run.count)
             },
             tail=row.tail,
         )
@@ -579,20 +588,20 @@ class PartitionLeases:
         return Report(job_id, round_index, self.partition, 0)
 
 
-def _runs(answers: dict[tuple[int, int], bool]) -> list[list[int]]:
+def _runs(answers: dict[tuple[int, int], bool]) -> list[AnswerRun]:
     """Answers per (partition, offer) as runs of consecutive offers with equal answers."""
-    out: list[list[int]] = []
+    out: list[AnswerRun] = []
     for (part, number), accepted in sorted(answers.items()):
         last = out[-1] if out else None
         if (
             last is not None
-            and last[0] == part
-            and last[1] + last[2] == number
-            and last[3] == int(accepted)
+            and last.partition == part
+            and last.first + last.count == number
+            and last.accepted == accepted
         ):
-            last[2] += 1
+            out[-1] = AnswerRun(part, last.first, last.count + 1, accepted)
         else:
-            out.append([part, number, 1, int(accepted)])
+            out.append(AnswerRun(part, number, 1, accepted))
     return out
 
 
@@ -615,6 +624,7 @@ def merge_offers(offers: list[Offer]) -> list[Offer]:
 
 __all__ = [
     "Answer",
+    "AnswerRun",
     "Grant",
     "LeaseBook",
     "LeaseRow",

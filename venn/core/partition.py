@@ -56,12 +56,20 @@ class PendingOffer(msgspec.Struct, kw_only=True, frozen=True):
     reply_to: str = ""
 
 
+class Hold(msgspec.Struct, frozen=True, array_like=True):
+    """A device holding an assignment of a job's round (stored as a short array)."""
+
+    device_id: str
+    job_id: str
+    round_index: int
+
+
 class HoldRow(msgspec.Struct, kw_only=True, frozen=True):
     """The assignments one event made on a partition that are still held, as stored."""
 
     version: int = ROW_VERSION
     seq: int
-    holds: list[tuple[str, str, int]]  # (device, job, round)
+    holds: list[Hold]
 
 
 @dataclass
@@ -276,7 +284,7 @@ class CheckinPartition:
 
     @staticmethod
     def _hold_row(held: _Held) -> HoldRow:
-        return HoldRow(seq=held.seq, holds=[(d, j, r) for d, (j, r) in held.live.items()])
+        return HoldRow(seq=held.seq, holds=[Hold(d, j, r) for d, (j, r) in held.live.items()])
 
     # -- check-ins ---------------------------------------------------------------------
     def decide(
@@ -444,7 +452,8 @@ class CheckinPartition:
             if row.version != ROW_VERSION:
                 raise ValueError(f"a hold row of version {row.version}")
             held = self._rows[row_id] = _Held(row.seq, {})
-            for device, job_id, rnd in row.holds:
+            for hold in row.holds:
+                device, job_id, rnd = hold.device_id, hold.job_id, hold.round_index
                 earlier = self._row_of.get(device)
                 if earlier is not None and earlier in self._rows:
                     older = self._rows[earlier]
