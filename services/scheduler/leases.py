@@ -58,7 +58,7 @@ from venn.core.lease import (
 )
 from venn.core.partition import Checkin, CheckinPartition, Decided, HoldRow, PartitionRow
 from venn.core.scheduler import Scheduler
-from venn.core.snapshot import sync_job
+from venn.core.snapshot import decode_snapshot, sync_job
 
 log = logging.getLogger(__name__)
 
@@ -212,8 +212,8 @@ class Replica:
         """One row of the ``jobs`` table (a dict with the job's core snapshot)."""
         if not isinstance(row, dict) or not isinstance(row.get("core"), dict):
             return
-        data = row["core"]
-        job_id = str(data["spec"]["job_id"])
+        snap = decode_snapshot(row["core"])
+        job_id = snap.spec.job_id
         if job_id in self.removed:
             return
         self.rows += 1
@@ -221,7 +221,7 @@ class Replica:
             self.core.remove_job(job_id)
             self.removed.add(job_id)
             return
-        sync_job(self.core, data, now)
+        sync_job(self.core, snap, now)
 
     async def follow(self, bootstrap: str, topic: str, partitions: int, **options: Any) -> None:
         """Read ``topic`` (the jobs changelog) from its beginning, for ever."""

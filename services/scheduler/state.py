@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from services.scheduler import metrics
@@ -48,7 +49,7 @@ from venn.core import make_scheduler
 from venn.core.capacity import proxies_of, proxy_of
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
-from venn.core.snapshot import restore_job, snapshot_job
+from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
 from venn.fields import INDEX_MAX
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class SchedulerState:
         self.core = self._new_core()
         self.removed: set[str] = set()
         self.rows: dict[str, Row] = {}
+        self.snapshots: dict[str, JobSnapshot] = {}
+        """Job -> the snapshot its row holds (the row holds it as plain JSON types)."""
         self.ledgers: dict[str, RoundLedger] = {}
         """job_id -> what the ``round`` table holds of its open round."""
         self.decided: set[str] = set()  # assignment ids this core instance decided itself
@@ -134,6 +137,7 @@ class SchedulerState:
         self.core = self._new_core()
         self.removed.clear()
         self.rows.clear()
+        self.snapshots.clear()
         self.ledgers.clear()
         self.decided.clear()
         self.sent.clear()
@@ -148,7 +152,9 @@ class SchedulerState:
                 if row.get("removed"):
                     self.removed.add(job_id)
                 else:
-                    restore_job(self.core, row["core"], now)
+                    snap = decode_snapshot(row["core"])
+                    restore_job(self.core, snap, now)
+                    self.snapshots[job_id] = snap
             except (KeyError, TypeError, ValueError, AttributeError):
                 # One bad row must not block every later event: skip it, keep the rest.
                 log.exception("cannot restore job %r from its row; skipped", job_id)
@@ -232,7 +238,8 @@ class SchedulerState:
         }
         js = self.core.jobs.get(job_id)
         if js is not None:
-            row["core"] = snapshot_job(js)
+            snap = self.snapshots[job_id] = snapshot_job(js)
+            row["core"] = msgspec.to_builtins(snap)
         elif "core" in old:
             row["core"] = old["core"]
         self.rows[job_id] = row
@@ -668,12 +675,12 @@ class SchedulerState:
                 "round": js.round_index,
                 "items": entries,
             }
-        stored = self.rows.get(event.job_id, {}).get("core", {})
-        if stored.get("tier") != js.tier:
+        stored = self.snapshots.get(event.job_id)
+        if stored is None or stored.tier != js.tier:
             # The core lifted the round's tier restriction when a competitor opened a
             # round (on another job's event): persist it here, on this job's partition.
             self._save(event.job_id, partition)
-        elif self.lease_owner is not None and js.remaining <= 0 < stored.get("remaining", 0):
+        elif self.lease_owner is not None and js.remaining <= 0 < stored.remaining:
             # Filled: the workers' replicas stop ranking it first (``sync_job``).
             self._save(event.job_id, partition)
         return adopted

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+import pytest
+
 from venn.core import JobSpec, Requirement, make_scheduler
-from venn.core.snapshot import restore_job, snapshot_job
+from venn.core.snapshot import decode_snapshot, restore_job, snapshot_job
 
 
 def test_snapshot_round_trip_keeps_remaining_and_active_devices() -> None:
@@ -18,7 +21,8 @@ def test_snapshot_round_trip_keeps_remaining_and_active_devices() -> None:
     for i in range(3):
         assert before.checkin(slot, 2.0 + i, device_id=f"d{i}") is not None
     before.release_device("d0")
-    data = json.loads(json.dumps(snapshot_job(before.jobs["j"])))
+    stored = json.loads(json.dumps(msgspec.to_builtins(snapshot_job(before.jobs["j"]))))
+    data = decode_snapshot(stored)
 
     after = make_scheduler("venn", seed=1)
     assert restore_job(after, data, 10.0)
@@ -44,3 +48,14 @@ def test_adopt_counts_an_assignment_once_and_never_past_demand() -> None:
     assert not sched.adopt("j", 0, "c", 1.0)  # demand filled
     assert sched.jobs["j"].remaining == 0
     assert sched.checkin(sched.slot_of({}), 2.0, device_id="d") is None
+
+
+def test_a_stored_snapshot_must_be_one_of_this_version() -> None:
+    sched = make_scheduler("fifo")
+    sched.add_job(JobSpec("j", Requirement.of({}), demand=2, rounds=1, deadline=60.0), 0.0)
+    stored = msgspec.to_builtins(snapshot_job(sched.jobs["j"]))
+    assert decode_snapshot(stored).spec.job_id == "j"
+    bad_rows: list[object] = [{**stored, "version": 2}, {**stored, "remaining": "3"}, {}, [1]]
+    for bad in bad_rows:
+        with pytest.raises(ValueError):
+            decode_snapshot(bad)
