@@ -42,6 +42,13 @@ from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
 from services.scheduler.leases import LeasedCheckins, LeaseOwner, release_event
 from services.scheduler.outputs import assignment, assignment_batch, uniform_of
+from services.scheduler.rows import (
+    AssignedItem,
+    AssignmentsRow,
+    ResultRow,
+    TierResult,
+    decode_round_row,
+)
 from venn import events as ev
 from venn.auth import AuthError, check_job_event
 from venn.checkin_columns import CheckinColumns
@@ -79,8 +86,8 @@ class RoundLedger:
     tiers: dict[str, int | None] = field(default_factory=dict)
     """Device -> its capacity tier while it holds an assignment (None: released before
     it was read back)."""
-    results: dict[str, list[Any] | None] = field(default_factory=dict)
-    """Device -> [tier, response time] of a good result, None for a failure."""
+    results: dict[str, TierResult | None] = field(default_factory=dict)
+    """Device -> its good result, None for a failure."""
 
 
 class SchedulerState:
@@ -202,23 +209,24 @@ class SchedulerState:
                 partition = int(self.rows[job_id]["partition"])
                 self.backlog += owner.open(job_id, js.round_index, js.remaining, partition, now)
 
-    def _reapply(self, key: str, row: Row, now: float) -> int:
-        job_id, round_index = str(row["job"]), int(row["round"])
+    def _reapply(self, key: str, raw: Row, now: float) -> int:
+        row = decode_round_row(key, raw)
+        job_id, round_index = row.job, row.round
         js = self.core.jobs.get(job_id)
         if js is None or not js.round_open or js.round_index != round_index:
             return 0  # a row of an ended round whose delete did not land: ignore it
         ledger = self._ledger(job_id, round_index)
         ledger.keys.append(key)
-        if key.startswith("a:"):
-            for aid, device, tier, active in row["items"]:
-                ledger.assignments.add(str(aid))
-                ledger.tiers[str(device)] = tier if active else None
-                if self.core.adopt(job_id, round_index, str(device), now) and not active:
-                    self.core.release_device(str(device))
+        if isinstance(row, AssignmentsRow):
+            for item in row.items:
+                ledger.assignments.add(item.assignment_id)
+                ledger.tiers[item.device_id] = item.tier if item.active else None
+                adopted = self.core.adopt(job_id, round_index, item.device_id, now)
+                if adopted and not item.active:
+                    self.core.release_device(item.device_id)
         else:
-            device = str(row["device"])
-            ledger.results[device] = row["result"]
-            self.core.release_device(device)
+            ledger.results[row.device] = row.result
+            self.core.release_device(row.device)
         return 1
 
     def _ledger(self, job_id: str, round_index: int) -> RoundLedger:
@@ -370,8 +378,8 @@ class SchedulerState:
                 event.round_index,
                 now,
                 event.outcome == "succeeded",
-                tiers=[int(t) for t, _ in results],
-                response_times=[float(r) for _, r in results],
+                tiers=[r.tier for r in results],
+                response_times=[r.response_time_s for r in results],
             )
             if closed:
                 self._end_round_rows(event.job_id)
@@ -404,17 +412,18 @@ class SchedulerState:
         if ledger is None or ledger.round_index != event.round_index:
             return  # released before it was read back: no tier, nothing to record
         tier = ledger.tiers.get(event.device_id)
-        result = [tier, event.response_time_s] if event.ok and tier is not None else None
+        result = TierResult(tier, event.response_time_s) if event.ok and tier is not None else None
         key = f"r:{event.job_id}:{event.round_index}:{event.device_id}"
         ledger.results[event.device_id] = result
         ledger.keys.append(key)
-        self.rounds_table[key] = {
-            "partition": partition,
-            "job": event.job_id,
-            "round": event.round_index,
-            "device": event.device_id,
-            "result": result,
-        }
+        row = ResultRow(
+            partition=partition,
+            job=event.job_id,
+            round=event.round_index,
+            device=event.device_id,
+            result=result,
+        )
+        self.rounds_table[key] = msgspec.to_builtins(row)
 
     # -- venn.checkins -----------------------------------------------------------------
     def on_checkin(self, event: ev.Event, now: float) -> ev.Assignment | None:
@@ -566,8 +575,8 @@ class SchedulerState:
     # -- venn.assignments (read back on the job's partition) ---------------------------
     def _own_entries(
         self, items: list[ev.Assignment], round_index: int, ledger: RoundLedger
-    ) -> list[list[Any]]:
-        """The read-back rows of a batch this worker decided (every item its own, of the
+    ) -> list[AssignedItem]:
+        """The read-back items of a batch this worker decided (every item its own, of the
         open round, new to the ledger), made with set operations; [] for any other batch
         (``on_assignment`` then goes item by item)."""
         ids = [a.event_id for a in items]
@@ -600,7 +609,7 @@ class SchedulerState:
                 devices, [t if a else None for t, a in zip(tiers, active, strict=True)], strict=True
             )
         )
-        return [list(row) for row in zip(ids, devices, tiers, active, strict=True)]
+        return [AssignedItem(*item) for item in zip(ids, devices, tiers, active, strict=True)]
 
     def sent_output(self, event: ev.AssignmentBatch, value: bytes) -> None:
         """An assignment batch was published as ``value``: its read-back needs no decode."""
@@ -650,7 +659,7 @@ class SchedulerState:
         js = self.core.jobs[event.job_id]
         ledger = self._ledger(event.job_id, js.round_index)
         adopted = 0
-        entries: list[list[Any]] = self._own_entries(items, js.round_index, ledger)
+        entries = self._own_entries(items, js.round_index, ledger)
         for a in items if not entries else ():
             if js.round_index != a.round_index or a.event_id in ledger.assignments:
                 continue
@@ -665,16 +674,14 @@ class SchedulerState:
             tier = self.core.tier_of(proxy_of(a.speed_ms_per_sample, a.bandwidth_kbps))
             ledger.assignments.add(a.event_id)
             ledger.tiers[a.device_id] = tier if active else None
-            entries.append([a.event_id, a.device_id, tier, active])
+            entries.append(AssignedItem(a.event_id, a.device_id, tier, active))
         if entries:
             key = f"a:{event.event_id}"
             ledger.keys.append(key)
-            self.rounds_table[key] = {
-                "partition": partition,
-                "job": event.job_id,
-                "round": js.round_index,
-                "items": entries,
-            }
+            row = AssignmentsRow(
+                partition=partition, job=event.job_id, round=js.round_index, items=entries
+            )
+            self.rounds_table[key] = msgspec.to_builtins(row)
         stored = self.snapshots.get(event.job_id)
         if stored is None or stored.tier != js.tier:
             # The core lifted the round's tier restriction when a competitor opened a

@@ -91,7 +91,8 @@ def test_tables_rebuild_demand_busy_devices_and_results() -> None:
     assert set(declined.checkin_ids) == {"c-d2", "c-d1"}
     # The round's good results survive the rebuild, and its rows go when it closes.
     ledger = rebuilt.ledgers["j"]
-    assert ledger.results["d0"] is not None and ledger.results["d0"][1] == 7.0
+    good = ledger.results["d0"]
+    assert good is not None and good.response_time_s == 7.0
     assert ledger.results["d1"] is None
     rebuilt.on_assignment(assigned, 0, NOW)
     rebuilt.on_round_event(
@@ -175,3 +176,25 @@ def test_a_device_holding_an_assignment_past_its_deadline_is_released() -> None:
     later = msgspec.structs.replace(checkin("d"), event_id="c-d-3", time=NOW + 61)
     assert s.on_checkin(later, NOW + 61) is not None  # it vanished with the task: released
     assert s.overdue_released == 1
+
+
+def test_round_rows_keep_their_stored_shape_and_a_bad_one_is_skipped() -> None:
+    jobs: dict[str, Any] = {}
+    rounds: dict[str, Any] = {}
+    s = state(jobs, rounds)
+    registered = ev.JobRegistered(
+        event_id="reg", time=NOW, job_id="j", requirement={"ram": 4.0}, demand=5, rounds=2,
+        deadline_s=60, workload_s=5,
+    )  # fmt: skip
+    s.on_job_event(registered, 0, NOW)
+    requested = ev.RoundRequested(event_id="rr", time=NOW, job_id="j", round_index=0, demand=5)
+    s.on_job_event(requested, 0, NOW)
+    batch = ev.CheckinBatch(event_id="b1", time=NOW, checkins=[checkin("d0")])
+    for out in s.on_checkin_batch(batch, NOW):
+        if isinstance(out, ev.AssignmentBatch):
+            s.on_assignment(out, 0, NOW)
+    (row,) = [v for k, v in rounds.items() if k.startswith("a:")]
+    assert [item[1:] for item in row["items"]] == [["d0", 0, True]]  # [id, device, tier, active]
+    rounds["a:bad"] = {"partition": 0, "job": "j", "round": 0, "items": [["x", "d9"]]}
+    rebuilt = state(jobs, rounds)
+    assert rebuilt.core.active_devices == {"d0": ("j", 0)}
