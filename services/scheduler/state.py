@@ -75,7 +75,7 @@ class Rejected(Exception):
 
 
 @dataclass
-class RoundLedger:
+class OpenRoundRows:
     """What the ``round`` table holds of one job's open round."""
 
     round_index: int
@@ -108,7 +108,7 @@ class SchedulerState:
         self.rows: dict[str, Row] = {}
         self.snapshots: dict[str, JobSnapshot] = {}
         """Job -> the snapshot its row holds (the row holds it as plain JSON types)."""
-        self.ledgers: dict[str, RoundLedger] = {}
+        self.ledgers: dict[str, OpenRoundRows] = {}
         """job_id -> what the ``round`` table holds of its open round."""
         self.decided: set[str] = set()  # assignment ids this core instance decided itself
         self.stale_checkins = 0
@@ -229,10 +229,10 @@ class SchedulerState:
             self.core.release_device(row.device)
         return 1
 
-    def _ledger(self, job_id: str, round_index: int) -> RoundLedger:
+    def _ledger(self, job_id: str, round_index: int) -> OpenRoundRows:
         ledger = self.ledgers.get(job_id)
         if ledger is None or ledger.round_index != round_index:
-            ledger = self.ledgers[job_id] = RoundLedger(round_index)
+            ledger = self.ledgers[job_id] = OpenRoundRows(round_index)
         return ledger
 
     # -- rows --------------------------------------------------------------------------
@@ -574,7 +574,7 @@ class SchedulerState:
 
     # -- venn.assignments (read back on the job's partition) ---------------------------
     def _own_entries(
-        self, items: list[ev.Assignment], round_index: int, ledger: RoundLedger
+        self, items: list[ev.Assignment], round_index: int, ledger: OpenRoundRows
     ) -> list[AssignedItem]:
         """The read-back items of a batch this worker decided (every item its own, of the
         open round, new to the ledger), made with set operations; [] for any other batch
