@@ -141,6 +141,7 @@ class Worker:
         if leased:
             rule = LeaseRule(PARTITIONS)
             self.replica = Replica(self.config)
+            self.replica.caught_up.set()  # its jobs are applied by hand below
             self.state.lease_owner = LeaseOwner(rule, self.lease)
             self.state.leased = LeasedCheckins(self.config, rule, self.replica, self.lease)
         self.messages: deque[ev.LeaseMessage] = deque()

@@ -319,10 +319,12 @@ class LeasedCheckins:
         fresh = (now - cols.times) <= self.config.checkin_max_age_s
         self.stale += len(cols) - int(fresh.sum())
         slots = core.index.slots_for(cols.attr_keys, cols.attrs)
-        watching = fresh & cols.observe_only
+        # Until the replica has read every job once, it would rank with some of them
+        # missing: the check-ins only feed the supply window then.
+        watching = fresh & (cols.observe_only | (not self.replica.caught_up.is_set()))
         if watching.any():
             core.observe_many(slots[watching], np.full(int(watching.sum()), now))
-        deciding = np.flatnonzero(fresh & ~cols.observe_only).tolist()
+        deciding = np.flatnonzero(fresh & ~watching).tolist()
         tiers = (
             core.tiers.tiers_of(proxies_of(cols.speeds, cols.bandwidths)).tolist()
             if core.tiers is not None
@@ -348,8 +350,8 @@ class LeasedCheckins:
             draws=lambda: [uniform_of(c.checkin_id) for c in checkins],
             source=cols.event_id,
         )
-        # Stale or observe-only: nothing to decide, but the gateway waits for an answer.
-        idle = np.flatnonzero(~(fresh & ~cols.observe_only)).tolist()
+        # Stale or only observed: nothing to decide, but the gateway waits for an answer.
+        idle = np.flatnonzero(~(fresh & ~watching)).tolist()
         decided.declined.extend((cols.event_ids[i], reply_to) for i in idle)
         return self._outputs(decided, q, cols.event_id, now)
 

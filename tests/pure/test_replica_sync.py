@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.leases import LeaseOwner
+from services.scheduler.leases import LeasedCheckins, LeaseOwner, Replica
 from services.scheduler.outputs import assignment, assignment_batch
 from services.scheduler.state import SchedulerState
 from venn import events as ev
+from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
 from venn.core.lease import LeaseRule
 from venn.core.model import JobSpec, Requirement
@@ -93,3 +94,43 @@ def test_the_owner_writes_its_job_row_when_the_round_fills() -> None:
     assert jobs["a"]["core"]["remaining"] == 3  # the row of the round's start
     state.on_assignment(batch(["d2"]), 0, NOW)
     assert jobs["a"]["core"]["remaining"] == 0
+
+
+def test_a_worker_decides_nothing_until_its_replica_has_read_every_job() -> None:
+    config = SchedulerConfig(settings=Settings(topic_partitions=1), leased=True)
+    rule = LeaseRule(1)
+    replica = Replica(config)
+    table: dict[str, Any] = {}
+    leased = LeasedCheckins(config, rule, replica, table)
+    owner_state = SchedulerState(config, {}, {})
+    owner_state.lease_owner = LeaseOwner(rule, table)
+    owner_state.ensure_loaded(NOW)
+    registered = ev.JobRegistered(
+        event_id="reg", time=NOW, job_id="a", requirement={}, demand=4, rounds=1,
+        deadline_s=60.0, workload_s=1.0,
+    )  # fmt: skip
+    owner_state.on_job_event(registered, 0, NOW)
+    requested = ev.RoundRequested(event_id="rr", time=NOW, job_id="a", round_index=0, demand=4)
+    for grant in owner_state.on_job_event(requested, 0, NOW) or []:
+        assert isinstance(grant, ev.LeaseMessage)
+        leased.on_event(grant, 0, NOW)
+    replica.apply(owner_state.jobs["a"], NOW)
+
+    def batch(name: str) -> CheckinColumns:
+        checkins = [
+            ev.DeviceCheckin(event_id=f"{name}-{d}", time=NOW, device_id=f"{name}-{d}",
+                             attrs={}, speed_ms_per_sample=50.0, bandwidth_kbps=9e3)
+            for d in range(2)
+        ]  # fmt: skip
+        return CheckinColumns.of(
+            ev.CheckinBatch(event_id=name, time=NOW, checkins=checkins, reply_to="gw")
+        )
+
+    early = leased.on_checkins(batch("early"), 0, NOW)
+    assert not any(isinstance(o, ev.AssignmentBatch) for o in early)
+    (declined,) = [o for o in early if isinstance(o, ev.CheckinsDeclined)]
+    assert sorted(declined.checkin_ids) == ["early-0", "early-1"]
+    replica.caught_up.set()
+    later = leased.on_checkins(batch("later"), 0, NOW)
+    (assigned,) = [o for o in later if isinstance(o, ev.AssignmentBatch)]
+    assert len(assigned.assignments) == 2
