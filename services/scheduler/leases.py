@@ -297,11 +297,14 @@ class LeasedCheckins:
                     self.part(q).restore(msgspec.convert(row, PartitionRow))
             except (KeyError, TypeError, ValueError, msgspec.ValidationError):
                 log.exception("cannot restore lease row %r; skipped", key)
+                if kind == "h:":
+                    self.part(q).unreadable = True
         for q, rows in holds.items():
             try:
                 empty = self.part(q).restore_holds(rows)
             except ValueError:
                 log.exception("cannot restore the hold rows of partition %d; skipped", q)
+                self.part(q).unreadable = True
                 continue
             for row_id in empty:
                 self.table.pop(f"h:{q}:{row_id}", None)

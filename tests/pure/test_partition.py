@@ -467,3 +467,19 @@ def test_devices_offered_to_an_ended_round_are_declined_and_offers_sent_again() 
     swept = restored.sweep(core)
     assert sorted(swept.declined) == [("cx", ""), ("cy", "")]
     assert not restored.busy(core, "x") and restored.pending_offers() == []
+
+
+def test_a_partition_with_an_unreadable_hold_row_waits_for_the_open_rounds_to_end() -> None:
+    core, part, slot = two_jobs()
+    part.unreadable = True  # as its caller sets it when a stored hold row does not decode
+    part.on_grant(Grant("a", 0, 0, 5))
+    out = part.decide(core, [Checkin("c1", "d", slot, 0)], NOW, source="e1")
+    assert out.declined == [("c1", "")] and not out.assigned
+    core.close_round("a", 0, NOW, True)
+    core.request_round("a", 1, NOW, 10)
+    part.on_grant(Grant("a", 1, 0, 5))
+    out = part.decide(core, [Checkin("c2", "d", slot, 0)], NOW, source="e2")
+    assert not out.assigned  # b's round 0 is still open
+    core.close_round("b", 0, NOW, True)
+    out = part.decide(core, [Checkin("c3", "d", slot, 0)], NOW, source="e3")
+    assert [(a.job_id, a.round_index) for a in out.assigned] == [("a", 1)]

@@ -186,6 +186,11 @@ class CheckinPartition:
         self.gone: Collection[str] = ()
         """Jobs known to have ended (the caller's; a job the core does not know is not
         taken for ended: the core may not have read it yet)."""
+        self.unreadable = False
+        """Some stored hold row could not be read: which devices hold what is unknown, so
+        the partition assigns nothing until every round open when it first decides has
+        ended (the caller sets it; its core must then know every job)."""
+        self._blocked: set[tuple[str, int]] | None = None
 
     # -- devices -----------------------------------------------------------------------
     def busy(self, core: Scheduler, device_id: str, out: Decided | None = None) -> bool:
@@ -232,6 +237,14 @@ class CheckinPartition:
             self.leases.forget(job_id)
             out.touched.add(job_id)
         return out
+
+    def _still_blocked(self, core: Scheduler) -> bool:
+        if self._blocked is None:
+            self._blocked = {(j, js.round_index) for j, js in core.jobs.items() if js.round_open}
+        if any(not self._ended(core, *k) for k in self._blocked):
+            return True
+        self.unreadable, self._blocked = False, None
+        return False
 
     def _ended(self, core: Scheduler, job_id: str, round_index: int) -> bool:
         """Whether the round is known to have ended: the core has the job at a later
@@ -302,6 +315,9 @@ class CheckinPartition:
             raise ValueError("a partition decides with a ranked dispatch table")
         out = self.sweep(core)
         if not checkins:
+            return out
+        if self.unreadable and self._still_blocked(core):
+            out.declined += [(c.checkin_id, c.reply_to) for c in checkins]
             return out
         core.observe_many(np.array([c.slot for c in checkins]), np.full(len(checkins), now))
         us: Sequence[float] | None = None
