@@ -70,21 +70,36 @@ def test_a_new_round_is_taken_whole() -> None:
     assert (replica.jobs["a"].round_index, replica.jobs["a"].remaining) == (1, 10)
 
 
+def leased_owner(
+    config: SchedulerConfig, rule: LeaseRule, jobs: dict[str, Any], table: dict[str, Any]
+) -> SchedulerState:
+    """A leased worker's owner side on plain dicts."""
+    state = SchedulerState(config, jobs, {})
+    state.lease_owner = LeaseOwner(rule, table)
+    state.ensure_loaded(NOW)
+    return state
+
+
+def open_round(state: SchedulerState, job_id: str, demand: int) -> list[ev.Event]:
+    """Register the job and open its first round; returns the grants."""
+    registered = ev.JobRegistered(
+        event_id=f"reg-{job_id}", time=NOW, job_id=job_id, requirement={}, demand=demand,
+        rounds=2, deadline_s=60.0, workload_s=1.0,
+    )  # fmt: skip
+    state.on_job_event(registered, 0, NOW)
+    requested = ev.RoundRequested(
+        event_id=f"rr-{job_id}", time=NOW, job_id=job_id, round_index=0, demand=demand
+    )
+    return state.on_job_event(requested, 0, NOW) or []
+
+
 def test_the_owner_writes_its_job_row_when_the_round_fills() -> None:
     """The leased mode's owner (``SchedulerState`` with a ``LeaseOwner``) stores the
     job's snapshot once its round is full, so that the replicas learn it."""
     jobs: dict[str, Any] = {}
-    state = SchedulerState(SchedulerConfig(settings=Settings(), leased=True), jobs, {})
-    state.lease_owner = LeaseOwner(LeaseRule(2), {})
-    state.ensure_loaded(NOW)
-    registered = ev.JobRegistered(
-        event_id="reg", time=NOW, job_id="a", requirement={}, demand=3, rounds=2,
-        deadline_s=60.0, workload_s=1.0,
-    )  # fmt: skip
-    state.on_job_event(registered, 0, NOW)
-    state.on_job_event(
-        ev.RoundRequested(event_id="rr", time=NOW, job_id="a", round_index=0, demand=3), 0, NOW
-    )
+    config = SchedulerConfig(settings=Settings(), leased=True)
+    state = leased_owner(config, LeaseRule(2), jobs, {})
+    open_round(state, "a", 3)
 
     def batch(devices: list[str]) -> ev.AssignmentBatch:
         items = [assignment(f"c-{d}", d, "a", 0, "http://t", 1.0, 1.0, NOW) for d in devices]
@@ -102,16 +117,8 @@ def test_a_worker_decides_nothing_until_its_replica_has_read_every_job() -> None
     replica = Replica(config)
     table: dict[str, Any] = {}
     leased = LeasedCheckins(config, rule, replica, table)
-    owner_state = SchedulerState(config, {}, {})
-    owner_state.lease_owner = LeaseOwner(rule, table)
-    owner_state.ensure_loaded(NOW)
-    registered = ev.JobRegistered(
-        event_id="reg", time=NOW, job_id="a", requirement={}, demand=4, rounds=1,
-        deadline_s=60.0, workload_s=1.0,
-    )  # fmt: skip
-    owner_state.on_job_event(registered, 0, NOW)
-    requested = ev.RoundRequested(event_id="rr", time=NOW, job_id="a", round_index=0, demand=4)
-    for grant in owner_state.on_job_event(requested, 0, NOW) or []:
+    owner_state = leased_owner(config, rule, {}, table)
+    for grant in open_round(owner_state, "a", 4):
         assert isinstance(grant, ev.LeaseMessage)
         leased.on_event(grant, 0, NOW)
     replica.apply(owner_state.jobs["a"], NOW)
