@@ -134,6 +134,39 @@ async def worker_counters(stack: Any) -> list[dict[str, float]]:
     ]
 
 
+async def decline_rate(stack: Any, broker_pid: int, n: int, idle_limit: float) -> dict[str, Any]:
+    """n check-ins that no job admits (most check-ins of a large fleet), in CheckinBatch
+    messages: check-ins/s until every worker counted them, and CPU of all workers."""
+    await settle(stack, broker_pid, idle_cores=idle_limit)
+    tok = uuid.uuid4().hex[:6]
+    attrs = {f"none_{tok}": 1.0}
+    values = [
+        (f"none-{tok}-{i}".encode(), sample_checkin(i, attrs, f"none-{tok}")) for i in range(n)
+    ]
+    messages = as_messages(values, BATCH)
+
+    async def counted() -> float:
+        return sum(c["checkins"] for c in await worker_counters(stack))
+
+    base = await counted()
+    cpu0 = schedulers_cpu(stack)
+    start = time.perf_counter()
+    await produce_batches(stack.bootstrap, "venn.checkins", messages)
+    done = None
+    while time.perf_counter() - start < 120:
+        if await counted() >= base + n:
+            done = time.perf_counter()
+            break
+        await asyncio.sleep(0.05)
+    seconds = (done or time.perf_counter()) - start
+    return {
+        "checkins": n,
+        "rate": round(n / seconds) if done else None,
+        "cpu_us_per_checkin": round((schedulers_cpu(stack) - cpu0) / n * 1e6, 1),
+        "completed": done is not None,
+    }
+
+
 # -- profile -------------------------------------------------------------------------------
 
 
@@ -339,6 +372,8 @@ async def setup_phase(
                   f"{run['scheduler_cpu_us_per_checkin']} µs CPU per check-in; per worker "
                   f"{run['per_worker']}", flush=True)  # fmt: skip
         after = await worker_counters(stack)
+        out["declined"] = await decline_rate(stack, broker_pid, plan.checkins, idle_limit)
+        print(f"  declined: {out['declined']}", flush=True)
         if profile:
             await settle(stack, broker_pid, idle_cores=idle_limit)
             out["profile"] = await profiled_run(
@@ -445,6 +480,21 @@ def report_markdown(r: dict[str, Any]) -> str:
         f"{'met' if g['raw_goal_met'] else 'not met'}); leased, one worker: "
         f"{g['leased_one_worker_over_raw_pct']}%.",
     ]
+    if all("declined" in row for row in r["setups"].values()):
+        lines += [
+            "",
+            f"Check-ins that no job admits ({r['meta']['plan']['checkins']:,} in CheckinBatch "
+            f"messages of {BATCH}, after the repeats; decided once every worker counted them):",
+            "",
+            "| mode | workers | check-ins/s | µs CPU per check-in (all workers) |",
+            "| --- | --- | --- | --- |",
+        ]
+        for row in r["setups"].values():
+            d = row["declined"]
+            rate = f"{d['rate']:,}" if d["rate"] else "not all counted in 120 s"
+            lines.append(
+                f"| {row['mode']} | {row['workers']} | {rate} | {d['cpu_us_per_checkin']} |"
+            )
     for key, row in r["setups"].items():
         prof = row.get("profile")
         if not prof or not prof.get("py_spy"):
