@@ -57,6 +57,7 @@ from venn.broker.publish import dead_letter as dead_letter_of
 from venn.broker.publish import message
 from venn.broker.stream import reason_kind
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
+from venn.core.lease import LeaseRule
 from venn.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ def create_app(
             app, name=leases.TABLE, key_type=str, partitions=partitions, beacon=app.tables.beacon
         )
         app.tables.add(lease_table)
-        rule = leases.lease_rule(partitions)
+        rule = LeaseRule(partitions)
         replica = leases.Replica(config)
         state.lease_owner = leases.LeaseOwner(rule, lease_table)
         state.leased = leases.LeasedCheckins(config, rule, replica, lease_table)

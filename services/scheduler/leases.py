@@ -129,10 +129,6 @@ def release_event(device_id: str, job_id: str, round_index: int, now: float) -> 
     )
 
 
-def lease_rule(partitions: int) -> LeaseRule:
-    return LeaseRule(partitions)
-
-
 class LeaseOwner:
     """The lease books of the jobs this worker owns, and their rows."""
 

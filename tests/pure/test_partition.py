@@ -31,8 +31,6 @@ from venn.core.partition import (
     Decided,
     HoldRow,
     PartitionRow,
-    decode_row,
-    encode_row,
     pick_leased,
 )
 from venn.core.scheduler import Scheduler
@@ -87,7 +85,7 @@ class Fleet:
             if row is None:
                 self.stored[q].pop(job_id, None)
             else:
-                self.stored[q][job_id] = encode_row(row)
+                self.stored[q][job_id] = msgspec.json.encode(row)
         for row_id, hold_row in out.hold_rows.items():
             if hold_row is None:
                 self.stored[q].pop(f"h:{row_id}", None)
@@ -161,7 +159,7 @@ class Fleet:
             if key.startswith("h:"):
                 holds[key.removeprefix("h:")] = msgspec.json.decode(raw, type=HoldRow)
             else:
-                part.restore(decode_row(raw))
+                part.restore(msgspec.json.decode(raw, type=PartitionRow))
         part.restore_holds(holds)
 
     def restart_owner(self) -> None:
@@ -300,7 +298,7 @@ def test_rows_round_trip() -> None:
     for q, part in enumerate(fleet.parts):
         row = part.row("a")
         assert row is not None
-        again = decode_row(encode_row(row))
+        again = msgspec.json.decode(msgspec.json.encode(row), type=PartitionRow)
         assert again == row and isinstance(again, PartitionRow)
         other = CheckinPartition(q, fleet.rule)
         other.restore(again)
@@ -461,7 +459,7 @@ def test_devices_offered_to_an_ended_round_are_declined_and_offers_sent_again() 
     for job_id in out.touched:
         row = part.row(job_id)
         assert row is not None
-        restored.restore(decode_row(encode_row(row)))
+        restored.restore(msgspec.json.decode(msgspec.json.encode(row), type=PartitionRow))
     assert restored.pending_offers() == out.offers  # to send again after a restart
     core.close_round("a", 0, NOW, False)
     swept = restored.sweep(core)

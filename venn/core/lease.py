@@ -562,13 +562,6 @@ class PartitionLeases:
             return 0
         return self.rule.low_mark(lease.last)
 
-    def low(self, job_id: str, round_index: int) -> bool:
-        """Whether the round's unused quota is at its low-water mark (time to report)."""
-        lease = self._leases.get(job_id)
-        if lease is None or lease.round_index != round_index:
-            return False
-        return lease.granted - lease.used - lease.released <= self.rule.low_mark(lease.last)
-
     def report_due(self, job_id: str, round_index: int) -> bool:
         """Whether to report now: the quota is at its low-water mark and no report went
         out since the last grant increment. One report per grant is enough: the owner

@@ -124,15 +124,6 @@ class Decided:
     hold_rows: dict[str, HoldRow | None] = field(default_factory=dict)
     """Hold rows to write (by the id of the event that made them), None to delete."""
 
-    def extend(self, other: Decided) -> None:
-        self.assigned += other.assigned
-        self.offers += other.offers
-        self.reports += other.reports
-        self.declined += other.declined
-        self.held += other.held
-        self.touched |= other.touched
-        self.hold_rows.update(other.hold_rows)
-
 
 def pick_leased(
     row: Sequence[int],
@@ -486,11 +477,3 @@ class CheckinPartition:
                 empty.append(row_id)
             self._seq = max(self._seq, row.seq + 1)
         return empty
-
-
-def encode_row(row: PartitionRow) -> bytes:
-    return msgspec.json.encode(row)
-
-
-def decode_row(raw: bytes | str) -> PartitionRow:
-    return msgspec.json.decode(raw, type=PartitionRow)
