@@ -363,15 +363,18 @@ class SchedulerState:
 
     # -- venn.rounds -------------------------------------------------------------------
     def on_round_event(self, event: ev.Event, partition: int, now: float) -> bool:
-        """Apply a round close or a job's end; True when it closed the job's open round
-        (not a replay, nor a second close of the same attempt)."""
+        """Apply a round close or a job's end; True when the close counted: the first of
+        its attempt, whether it ends the open round or overtook its own request (then no
+        round opens for it) or came after a newer request had ended its round."""
         self._authorize(event)
         self._heard_of(event, now)
         if isinstance(event, ev.RoundClosed):
             if not self._known(event.job_id):
                 return False
+            js = self.core.jobs[event.job_id]
+            was_open = js.round_open and js.round_index == event.round_index
             ledger = self.ledgers.get(event.job_id)
-            found = ledger.results.values() if ledger is not None else ()
+            found = ledger.results.values() if ledger is not None and was_open else ()
             results = [r for r in found if r is not None]
             closed = self.core.close_round(
                 event.job_id,
@@ -382,10 +385,11 @@ class SchedulerState:
                 response_times=[r.response_time_s for r in results],
             )
             if closed:
-                self._end_round_rows(event.job_id)
+                if was_open:
+                    self._end_round_rows(event.job_id)
+                    if self.lease_owner is not None:
+                        self.lease_owner.close(event.job_id, event.round_index)
                 self._save(event.job_id, partition)
-                if self.lease_owner is not None:
-                    self.lease_owner.close(event.job_id, event.round_index)
             return bool(closed)
         if isinstance(event, ev.JobFinished) and self._known(event.job_id):
             self._remove(event.job_id, partition)

@@ -1,16 +1,13 @@
 """A job's life as its events tell it: one fold over venn.jobs and venn.rounds, with the
 replay rules written once.
 
-Events arrive at least once and, across the two topics, in any order; the rules make the
-fold give the same answer whatever the duplicates:
+The rules of round attempts are ``venn.core.round_cursor``'s, shared with the core's
+scheduler; this fold adds the rest of a job's life and keeps the events' content:
 
 - the first registration counts; nothing reopens a job once it finished or was cancelled;
-- a round request opens attempt ``i`` only when ``i`` is above every attempt seen so far
-  (a failed round's retry is a new, higher index), so a replayed or stale request is
-  ignored;
-- the first close of an attempt counts. A second close with the same event id is a
-  replay; one with another event id and other content is a *conflict*, kept apart so that
-  it can be reported (it is never applied);
+- a second close of an attempt with the same event id, or with other ids but the same
+  content, is a replay; one with other content is a *conflict*, kept apart so that it can
+  be reported (it is never applied);
 - the first finish, cancel or expiry ends the job;
 - a heartbeat changes nothing but the time the job was last heard of.
 
@@ -20,26 +17,18 @@ Pure: no I/O, no clock. Coordinators rebuild a job's position from it after a re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Literal
 
 from venn import events as ev
+from venn.core.round_cursor import Applied, RoundCursor
+
+__all__ = ["Applied", "Attempt", "JobBook", "JobLife", "JobStatus"]
 
 JobStatus = Literal["submitted", "running", "finished", "failed", "cancelled", "expired"]
 """submitted: registered, no round yet; running: a round requested; finished: its rounds
 done; failed: finished with fewer successful rounds than asked (its coordinator gave up);
 cancelled: by its owner; expired: dropped by the scheduler after its coordinator fell
 silent."""
-
-
-class Applied(Enum):
-    """What one event did to the fold."""
-
-    CHANGED = "changed"
-    REPLAY = "replay"  # already applied (the same event, or an equal one)
-    STALE = "stale"  # superseded: an older attempt, or the job had ended
-    CONFLICT = "conflict"  # a second, different close of an attempt
-    IGNORED = "ignored"  # not an event of a job's life
 
 
 @dataclass
@@ -61,6 +50,7 @@ class JobLife:
     cancelled: ev.JobCancelled | None = None
     expired: ev.JobExpired | None = None
     conflicts: list[ev.RoundClosed] = field(default_factory=list)
+    rounds: RoundCursor = field(default_factory=RoundCursor)
     last_seen: float = 0.0
     """Time of the latest event of the job (its coordinator's last sign of life)."""
 
@@ -82,7 +72,7 @@ class JobLife:
         if isinstance(event, ev.RoundClosed):
             return self._close(event)
         if isinstance(event, ev.JobFinished | ev.JobCancelled | ev.JobExpired):
-            if self.ended:
+            if self.rounds.end() is not Applied.CHANGED:
                 ended = self.finished or self.cancelled or self.expired
                 return Applied.REPLAY if ended == event else Applied.STALE
             if isinstance(event, ev.JobFinished):
@@ -95,28 +85,21 @@ class JobLife:
         return Applied.IGNORED
 
     def _request(self, event: ev.RoundRequested) -> Applied:
-        if self.ended:
-            return Applied.STALE
-        known = self.attempts.get(event.round_index)
-        if known is not None:
-            if known.requested_at is not None:
-                return Applied.REPLAY
-            # Its close came first (another topic): the request completes the attempt.
-            known.requested_at, known.demand = event.time, event.demand
-            return Applied.CHANGED
-        if event.round_index <= self.last_index:
-            return Applied.STALE
-        self.attempts[event.round_index] = Attempt(event.round_index, event.demand, event.time)
-        return Applied.CHANGED
+        applied = self.rounds.request(event.round_index)
+        if applied is Applied.CHANGED:
+            attempt = self.attempts.setdefault(event.round_index, Attempt(event.round_index))
+            attempt.requested_at, attempt.demand = event.time, event.demand
+        return applied
 
     def _close(self, event: ev.RoundClosed) -> Applied:
-        attempt = self.attempts.setdefault(event.round_index, Attempt(event.round_index))
-        first = attempt.closed
-        if first is None:
+        if self.rounds.close(event.round_index) is Applied.CHANGED:
+            attempt = self.attempts.setdefault(event.round_index, Attempt(event.round_index))
             attempt.closed = event
             attempt.demand = attempt.demand or event.demand
             return Applied.CHANGED
-        if first.event_id == event.event_id or _same_close(first, event):
+        known = self.attempts.get(event.round_index)
+        first = known.closed if known is not None else None
+        if first is None or first.event_id == event.event_id or _same_close(first, event):
             return Applied.REPLAY
         self.conflicts.append(event)
         return Applied.CONFLICT
@@ -124,7 +107,7 @@ class JobLife:
     # -- what it says ------------------------------------------------------------------
     @property
     def ended(self) -> bool:
-        return any(e is not None for e in (self.finished, self.cancelled, self.expired))
+        return self.rounds.ended
 
     @property
     def status(self) -> JobStatus:
@@ -140,7 +123,7 @@ class JobLife:
     @property
     def last_index(self) -> int:
         """The highest attempt index seen (-1: none)."""
-        return max(self.attempts, default=-1)
+        return self.rounds.last
 
     @property
     def next_index(self) -> int:
@@ -160,10 +143,8 @@ class JobLife:
     @property
     def open_attempt(self) -> Attempt | None:
         """The attempt requested and not closed yet (only the last one can be)."""
-        if self.ended or not self.attempts:
-            return None
-        last = self.attempts[self.last_index]
-        return last if last.closed is None and last.requested_at is not None else None
+        index = self.rounds.open_index
+        return None if index is None else self.attempts[index]
 
 
 def _same_close(a: ev.RoundClosed, b: ev.RoundClosed) -> bool:

@@ -27,6 +27,7 @@ from venn.core.matching import TailTracker, should_restrict
 from venn.core.model import Assignment, JobSpec
 from venn.core.open_jobs import OpenJobs
 from venn.core.policies.base import Policy, PolicyView
+from venn.core.round_cursor import Applied
 from venn.core.state import JobState, mean, splitmix
 from venn.core.supply import SupplyWindow
 
@@ -111,11 +112,16 @@ class Scheduler:
     def request_round(
         self, job_id: str, round_index: int, now: float, demand: int | None = None
     ) -> bool:
-        """Open a round; ignored if the job is unknown, finished, or the round is not new."""
+        """Open a round; False if the job is unknown or finished, or the request opens no
+        attempt (``RoundCursor.request``: a replay, a stale index, or a round whose close
+        was read first)."""
         js = self.jobs.get(job_id)
-        if js is None or js.finished or round_index <= js.round_index:
+        if js is None or js.finished:
             return False
-        if js.round_open:
+        opened = js.rounds.request(round_index) is Applied.CHANGED
+        if not opened or js.rounds.open_index != round_index:
+            return False
+        if js.round_open:  # an older attempt whose close is not read yet: it ends here
             self._end_round(js)
         js.round_index = round_index
         js.round_open = True
@@ -139,19 +145,22 @@ class Scheduler:
         tiers: Sequence[int] | np.ndarray = (),
         response_times: Sequence[float] | np.ndarray = (),
     ) -> bool:
-        """Close the job's open round; response times (by device tier) feed the matching."""
+        """Count the close of an attempt; False if the job is unknown or the attempt was
+        closed already. If it is the open round, the round ends here, and its fill time and
+        response times (by device tier) feed the matching; a close read before its request,
+        or after a newer request ended its round, only counts."""
         js = self.jobs.get(job_id)
-        if js is None or not js.round_open or js.round_index != round_index:
+        if js is None or js.rounds.close(round_index) is not Applied.CHANGED:
             return False
-        filled = js.filled_at if js.filled_at is not None else now
-        js.sched_delays.append(filled - js.requested_at)
-        js.response_times.append(now - filled)
-        if self.tails is not None and len(response_times):
-            self.tails.record(tiers, response_times)
         js.attempts += 1
-        if succeeded:
-            js.rounds_done += 1
-        self._end_round(js)
+        js.rounds_done += succeeded
+        if js.round_open and js.round_index == round_index:
+            filled = js.filled_at if js.filled_at is not None else now
+            js.sched_delays.append(filled - js.requested_at)
+            js.response_times.append(now - filled)
+            if self.tails is not None and len(response_times):
+                self.tails.record(tiers, response_times)
+            self._end_round(js)
         self._mark(replan=True)
         return True
 

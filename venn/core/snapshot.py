@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from venn.core.model import JobSpec, Requirement
+from venn.core.round_cursor import RoundCursor
 from venn.core.scheduler import Scheduler
 from venn.core.state import JobState
 
@@ -56,6 +57,9 @@ class JobSnapshot(msgspec.Struct, kw_only=True, frozen=True):
     check-in partitions keep their own)."""
     sched_delays: list[float]
     response_times: list[float]
+    rounds: RoundCursor | None = None
+    """The job's round cursor; None in a row stored before it was kept (its cursor is then
+    that of rounds requested and closed in order up to ``round_index``)."""
 
 
 def decode_snapshot(raw: Any) -> JobSnapshot:
@@ -119,6 +123,7 @@ def snapshot_job(state: JobState) -> JobSnapshot:
         devices=sorted(str(d) for d in state.devices),
         sched_delays=list(state.sched_delays),
         response_times=list(state.response_times),
+        rounds=state.rounds.copy(),
     )
 
 
@@ -149,6 +154,11 @@ def _write_round(js: JobState, data: JobSnapshot) -> None:
     js.attempts = data.attempts
     js.round_index = data.round_index
     js.round_open = data.round_open
+    js.rounds = (
+        data.rounds.copy()
+        if data.rounds is not None
+        else RoundCursor.at(data.round_index, data.round_open)
+    )
     js.demand = data.demand
     js.remaining = data.remaining
     js.requested_at = data.requested_at

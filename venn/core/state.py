@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from venn.core.model import JobSpec
+from venn.core.round_cursor import RoundCursor
 
 _MASK64 = (1 << 64) - 1
 
@@ -43,8 +44,12 @@ class JobState:
     registered_at: float
     rounds_done: int = 0
     attempts: int = 0
+    """Attempts closed (each close counts once, whether or not its round was open here)."""
+    rounds: RoundCursor = field(default_factory=RoundCursor)
+    """What the job's round events said (their replay rules)."""
     round_index: int = -1
     round_open: bool = False
+    """``round_index`` is the attempt this core assigns devices to while ``round_open``."""
     demand: int = 0
     remaining: int = 0
     requested_at: float = 0.0
