@@ -6,12 +6,16 @@ from venn import events as ev
 from venn.broker import topics
 from venn.broker.publish import MemoryEvents
 from venn.broker.stream import (
+    UNAUTHORIZED,
     DeadLetterUnsent,
     EventStream,
     MemoryRecords,
     Record,
     Refused,
+    StreamStats,
     Unusable,
+    Verdict,
+    judge,
     owned_by,
     reason_kind,
 )
@@ -173,6 +177,39 @@ def test_a_letter_the_broker_does_not_take_is_counted_and_flush_says_so() -> Non
 
     assert asyncio.run(run()) == [request("a")]
     assert jobs.stats.unsent == 1
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason", "kind", "owners_only"),
+    [
+        (ev.InvalidEvent("not_json", "nope"), "not_json: nope", "not_json", True),
+        (Unusable(UNAUTHORIZED, "unauthorized: x"), "unauthorized: x", UNAUTHORIZED, True),
+        (KeyError("a bug"), "internal error: KeyError('a bug')", "internal", True),
+        (Refused("unknown job 'j'"), "unknown job 'j'", "rejected", False),
+        (Refused("too long", "refused_by_database"), "too long", "refused_by_database", False),
+    ],
+)  # fmt: skip
+def test_judge_sends_to_the_owner_unless_only_this_reader_refuses(
+    exc: Exception, reason: str, kind: str, owners_only: bool
+) -> None:
+    """The one decision EventStream and the scheduler's agents both take."""
+    record = Record(topics.JOBS, 2, 7, b"j", b"x")
+    for service, owner in (("scheduler", True), ("recorder", False), ("gateway", False)):
+        stats = StreamStats()
+        send = owner or not owners_only
+        assert judge(record, exc, owned_by(service), stats) == Verdict(reason, kind, send)
+        assert stats.dead_letters == ({kind: 1} if send else {})
+        assert stats.skipped == ({} if send else {kind: 1})
+        assert stats.bad_records == int(owners_only)
+        assert stats.internal_errors == int(kind == "internal")
+
+
+def test_judge_asks_the_owner_rule_about_the_record() -> None:
+    bad = ev.InvalidEvent("empty", "no bytes")
+    reply = Record(topics.REPLIES, 0, 0, b"gw-1", b"")
+    assert not judge(reply, bad, owned_by("scheduler"), StreamStats()).send
+    assert judge(reply, bad, owned_by("gateway"), StreamStats()).send
+    assert not judge(reply, bad, lambda r: r.key == b"gw-2", StreamStats()).send
 
 
 def test_reason_kinds() -> None:
