@@ -17,7 +17,6 @@ from venn.broker.stream import (
     Verdict,
     judge,
     owned_by,
-    reason_kind,
 )
 
 NOW = 1000.0
@@ -137,7 +136,6 @@ def test_a_failing_handler_never_stops_the_stream() -> None:
     assert calls == 3
     ((_, letter),) = letters_of(letters)  # the gateway owns venn.replies
     assert letter.reason == "internal error: KeyError('a bug')"
-    assert reason_kind(letter.reason) == "internal"
     assert replies.stats.internal_errors == 1 and replies.stats.dead_letters == {"internal": 1}
 
 
@@ -210,13 +208,6 @@ def test_judge_asks_the_owner_rule_about_the_record() -> None:
     assert not judge(reply, bad, owned_by("scheduler"), StreamStats()).send
     assert judge(reply, bad, owned_by("gateway"), StreamStats()).send
     assert not judge(reply, bad, lambda r: r.key == b"gw-2", StreamStats()).send
-
-
-def test_reason_kinds() -> None:
-    assert reason_kind("oversized: 9 bytes exceeds the limit of 4") == "oversized"
-    assert reason_kind("unauthorized: expired token") == "unauthorized"
-    assert reason_kind("internal error: KeyError('x')") == "internal"
-    assert reason_kind("unknown job j in round_requested rr") == "rejected"
 
 
 def test_memory_records_number_each_partition() -> None:

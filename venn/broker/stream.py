@@ -46,15 +46,6 @@ RETRY_S = 0.5
 """The pause after a read that failed."""
 
 
-def reason_kind(reason: str) -> str:
-    """A dead letter's reason as a small label set: an InvalidEvent kind, unauthorized,
-    internal (a handler that failed) or rejected (a valid event that cannot be applied)."""
-    head = reason.split(":", 1)[0]
-    if head in ev.InvalidEvent.KINDS or head == UNAUTHORIZED:
-        return head
-    return INTERNAL if head == "internal error" else REJECTED
-
-
 class Unusable(Exception):
     """A decoded event that no reader may use (the same check everywhere, e.g. its token):
     like a record that does not decode, its topic's owner dead-letters it."""
