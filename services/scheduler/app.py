@@ -9,7 +9,8 @@ Agents (values read as raw bytes, decoded strictly with `venn.events.decode`):
   reply_to, one CheckinsDeclined for the rest (venn.replies)
 - venn.assignments (our own output, read back on the job's partition) -> account the
   assignments in the jobs table (see `services.scheduler.state` for why)
-Anything that cannot be decoded or applied goes to venn.dead-letters; the agents never die.
+Anything that cannot be decoded or applied is dead-lettered as `venn.broker.stream` says
+(the scheduler owns every topic it reads: all go to venn.dead-letters); the agents never die.
 In a batch with bad items, each bad item gets its own dead letter and the rest is applied.
 
 The hot path carries batches because Faust's cost is per Kafka message (about 200-400 µs
@@ -46,7 +47,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.scheduler import leases, metrics
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.stall import StallWatch
-from services.scheduler.state import Rejected, SchedulerState
+from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
 from services.scheduler.transport import OutputProducer, SchedulerApp, TrackedTable
 from venn import events as ev
@@ -55,7 +56,7 @@ from venn.broker import security, topics
 from venn.broker.health import BrokerWatch
 from venn.broker.publish import dead_letter as dead_letter_of
 from venn.broker.publish import message
-from venn.broker.stream import reason_kind
+from venn.broker.stream import Record, Refused, StreamStats, Unusable, judge, owned_by
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
 from venn.core.lease import LeaseRule
 from venn.settings import Settings
@@ -206,24 +207,52 @@ def create_app(
         else:
             metrics.ASSIGNMENTS.inc()
 
-    def dead_letter(
-        raw: Any, reason: str, topic: str, partition: int, offset: int, now: float, item: int = -1
-    ) -> None:
+    # The dead-letter policy is venn.broker.stream's (`judge`); only the sending is ours,
+    # buffered like every output.
+    owns = owned_by("scheduler")
+    stream_stats = StreamStats()
+    app.stream_stats = stream_stats  # type: ignore[attr-defined]
+
+    def record_of(msg: Any, topic: str, raw: Any) -> Record:
+        value = raw if isinstance(raw, bytes) else None
+        return Record(topic, msg.partition, msg.offset, msg.key, value)
+
+    def dead_letter(record: Record, reason: str, kind: str, now: float, item: int = -1) -> None:
+        topic = record.topic
         letter = dead_letter_of(
-            raw if isinstance(raw, bytes) else None,
+            record.value,
             f"{reason} (source topic {topic})",
             topic,
-            partition,
-            offset,
+            record.partition,
+            record.offset,
             now,
         )
         if item >= 0:  # one bad check-in of a batch: its own id, stable across replays
             letter = msgspec.structs.replace(letter, event_id=f"{letter.event_id}:{item}")
         send(topics.DEAD_LETTERS, *message(topics.DEAD_LETTERS, letter))
         metrics.DEAD_LETTERS.labels(topic).inc()
-        metrics.DEAD_LETTER_REASONS.labels(topic, reason_kind(reason)).inc()
+        metrics.DEAD_LETTER_REASONS.labels(topic, kind).inc()
 
-    def salvage(raw: Any, topic: str, partition: int, offset: int, now: float) -> ev.Event | None:
+    def reject(
+        exc: Exception,
+        msg: Any,
+        raw: Any,
+        topic: str,
+        decoded: ev.Event | CheckinColumns | None,
+        now: float,
+    ) -> None:
+        """A record the agent could not use: dead-lettered or skipped, as `judge` says."""
+        record = record_of(msg, topic, raw)
+        verdict = judge(record, exc, owns, stream_stats)
+        if not verdict.send:
+            return
+        reason = verdict.reason
+        if isinstance(exc, Refused | Unusable):  # a valid event: say which
+            what = f"{decoded.type_name()} {decoded.event_id}" if decoded is not None else "event"
+            reason = f"{reason} in {what}"
+        dead_letter(record, reason, verdict.kind, now)
+
+    def salvage(raw: Any, msg: Any, topic: str, now: float) -> ev.Event | None:
         """A check-in batch with bad items: dead-letter each of them, keep the rest."""
         if topic != topics.CHECKINS or not isinstance(raw, bytes):
             return None
@@ -232,7 +261,10 @@ def create_app(
             return None
         batch, bad = salvaged
         for i, (item, exc) in enumerate(bad):
-            dead_letter(item, f"{exc.reason} in a checkin_batch", topic, partition, offset, now, i)
+            record = record_of(msg, topic, item)
+            verdict = judge(record, exc, owns, stream_stats)
+            if verdict.send:
+                dead_letter(record, f"{verdict.reason} in a checkin_batch", verdict.kind, now, i)
         return batch
 
     attrs_cache = AttrsCache()
@@ -252,7 +284,6 @@ def create_app(
         async for event in stream.events():
             message = event.message
             now = time.time()
-            reason: str | None = None
             decoded: ev.Event | CheckinColumns | None = None
             try:
                 state.ensure_loaded(now)
@@ -266,7 +297,7 @@ def create_app(
                     if decoded is None:
                         decoded = ev.decode(event.value, allowed, settings.max_event_bytes)
                 except ev.InvalidEvent:
-                    decoded = salvage(event.value, topic, message.partition, message.offset, now)
+                    decoded = salvage(event.value, message, topic, now)
                     if decoded is None:
                         raise
                 if decoded.event_id in state.recent:
@@ -278,20 +309,8 @@ def create_app(
                 rows = lease_table.take_sent() if lease_table is not None else None
                 for item in out if isinstance(out, list) else [out] if out is not None else []:
                     publish(item, rows)
-            except ev.InvalidEvent as exc:
-                reason = exc.reason
-            except Rejected as exc:
-                kind = decoded.type_name() if decoded is not None else "event"
-                reason = (
-                    f"{exc} in {kind} {decoded.event_id if decoded is not None else ''}".rstrip()
-                )
             except Exception as exc:  # an agent that dies stops the whole pipeline
-                log.exception(
-                    "scheduler failed on %s[%d]@%d", topic, message.partition, message.offset
-                )
-                reason = f"internal error: {exc!r}"
-            if reason is not None:
-                dead_letter(event.value, reason, topic, message.partition, message.offset, now)
+                reject(exc, message, event.value, topic, decoded, now)
 
     def decide(event: ev.Event | CheckinColumns, partition: int, now: float) -> Any:
         stale = state.stale_checkins
@@ -339,7 +358,7 @@ def create_app(
                 return state.lease_owner.on_event(event, partition, now)
             return state.leased.on_event(event, partition, now)
         except leases.Misrouted as exc:
-            raise Rejected(str(exc)) from None
+            raise Refused(str(exc)) from None
 
     handlers: list[tuple[faust.TopicT, str, Handler]] = [
         (jobs_in, topics.JOBS, state.on_job_event),

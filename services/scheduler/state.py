@@ -51,6 +51,7 @@ from services.scheduler.rows import (
 )
 from venn import events as ev
 from venn.auth import AuthError, check_job_event
+from venn.broker.stream import UNAUTHORIZED, Refused, Unusable
 from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
 from venn.core.capacity import proxies_of, proxy_of
@@ -68,10 +69,6 @@ SENT_MAX_BYTES = 32 << 20
 """Bytes of published assignment batches kept until read back (about 800 batches of 128)."""
 SENT_PREFIX = b'{"type":"assignment_batch",'
 SENT_ID = b'"event_id":"'
-
-
-class Rejected(Exception):
-    """A well-formed event that cannot be applied (e.g. unknown job): dead-letter it."""
 
 
 @dataclass
@@ -269,12 +266,12 @@ class SchedulerState:
                 self.held_since.pop(device, None)
 
     def _known(self, job_id: str) -> bool:
-        """True for a live job, False for a removed one; Rejected for a never-seen one."""
+        """True for a live job, False for a removed one; Refused for a never-seen one."""
         if job_id in self.core.jobs:
             return True
         if job_id in self.removed:
             return False
-        raise Rejected(f"unknown job {job_id!r}")
+        raise Refused(f"unknown job {job_id!r}")
 
     # -- venn.jobs ---------------------------------------------------------------------
     def _authorize(self, event: ev.Event) -> None:
@@ -283,7 +280,7 @@ class SchedulerState:
         try:
             check_job_event(self.config.tokens, event)
         except AuthError as exc:
-            raise Rejected(f"unauthorized: {exc}") from None
+            raise Unusable(UNAUTHORIZED, f"{UNAUTHORIZED}: {exc}") from None
 
     def on_job_event(self, event: ev.Event, partition: int, now: float) -> list[ev.Event] | None:
         self._authorize(event)
@@ -301,7 +298,7 @@ class SchedulerState:
                 first = known.get("submit_token")
                 if event.submit_token and first and event.submit_token != first:
                     # A second submission under a taken id, not a retry of the first.
-                    raise Rejected(f"job id {event.job_id!r} is already registered")
+                    raise Refused(f"job id {event.job_id!r} is already registered")
                 return None
             if event.job_id in self.removed:
                 return None
@@ -657,7 +654,7 @@ class SchedulerState:
         items = ev.assignments_of(event)
         strays = [a.event_id for a in items if a.job_id != event.job_id]
         if strays:
-            raise Rejected(f"assignments {strays[:3]} are not for job {event.job_id!r}")
+            raise Refused(f"assignments {strays[:3]} are not for job {event.job_id!r}")
         if not self._known(event.job_id):
             return 0
         js = self.core.jobs[event.job_id]

@@ -9,8 +9,9 @@ import msgspec
 import pytest
 
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.state import Rejected, SchedulerState
+from services.scheduler.state import SchedulerState
 from venn import events as ev
+from venn.broker.stream import Refused
 from venn.settings import Settings
 
 NOW = 1000.0
@@ -158,7 +159,7 @@ def test_a_retried_submission_is_a_no_op_and_a_second_one_is_refused() -> None:
     s.ensure_loaded(NOW)
     s.on_job_event(registered("j", "submit-1"), 0, NOW)
     s.on_job_event(registered("j", "submit-1"), 0, NOW)  # the client's retry
-    with pytest.raises(Rejected, match="already registered"):
+    with pytest.raises(Refused, match="already registered"):
         s.on_job_event(registered("j", "submit-2"), 0, NOW)
     assert list(s.core.jobs) == ["j"]
 

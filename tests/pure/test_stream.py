@@ -6,14 +6,17 @@ from venn import events as ev
 from venn.broker import topics
 from venn.broker.publish import MemoryEvents
 from venn.broker.stream import (
+    UNAUTHORIZED,
     DeadLetterUnsent,
     EventStream,
     MemoryRecords,
     Record,
     Refused,
+    StreamStats,
     Unusable,
+    Verdict,
+    judge,
     owned_by,
-    reason_kind,
 )
 
 NOW = 1000.0
@@ -133,7 +136,6 @@ def test_a_failing_handler_never_stops_the_stream() -> None:
     assert calls == 3
     ((_, letter),) = letters_of(letters)  # the gateway owns venn.replies
     assert letter.reason == "internal error: KeyError('a bug')"
-    assert reason_kind(letter.reason) == "internal"
     assert replies.stats.internal_errors == 1 and replies.stats.dead_letters == {"internal": 1}
 
 
@@ -175,11 +177,37 @@ def test_a_letter_the_broker_does_not_take_is_counted_and_flush_says_so() -> Non
     assert jobs.stats.unsent == 1
 
 
-def test_reason_kinds() -> None:
-    assert reason_kind("oversized: 9 bytes exceeds the limit of 4") == "oversized"
-    assert reason_kind("unauthorized: expired token") == "unauthorized"
-    assert reason_kind("internal error: KeyError('x')") == "internal"
-    assert reason_kind("unknown job j in round_requested rr") == "rejected"
+@pytest.mark.parametrize(
+    ("exc", "reason", "kind", "owners_only"),
+    [
+        (ev.InvalidEvent("not_json", "nope"), "not_json: nope", "not_json", True),
+        (Unusable(UNAUTHORIZED, "unauthorized: x"), "unauthorized: x", UNAUTHORIZED, True),
+        (KeyError("a bug"), "internal error: KeyError('a bug')", "internal", True),
+        (Refused("unknown job 'j'"), "unknown job 'j'", "rejected", False),
+        (Refused("too long", "refused_by_database"), "too long", "refused_by_database", False),
+    ],
+)  # fmt: skip
+def test_judge_sends_to_the_owner_unless_only_this_reader_refuses(
+    exc: Exception, reason: str, kind: str, owners_only: bool
+) -> None:
+    """The one decision EventStream and the scheduler's agents both take."""
+    record = Record(topics.JOBS, 2, 7, b"j", b"x")
+    for service, owner in (("scheduler", True), ("recorder", False), ("gateway", False)):
+        stats = StreamStats()
+        send = owner or not owners_only
+        assert judge(record, exc, owned_by(service), stats) == Verdict(reason, kind, send)
+        assert stats.dead_letters == ({kind: 1} if send else {})
+        assert stats.skipped == ({} if send else {kind: 1})
+        assert stats.bad_records == int(owners_only)
+        assert stats.internal_errors == int(kind == "internal")
+
+
+def test_judge_asks_the_owner_rule_about_the_record() -> None:
+    bad = ev.InvalidEvent("empty", "no bytes")
+    reply = Record(topics.REPLIES, 0, 0, b"gw-1", b"")
+    assert not judge(reply, bad, owned_by("scheduler"), StreamStats()).send
+    assert judge(reply, bad, owned_by("gateway"), StreamStats()).send
+    assert not judge(reply, bad, lambda r: r.key == b"gw-2", StreamStats()).send
 
 
 def test_memory_records_number_each_partition() -> None:

@@ -15,6 +15,10 @@ The policy, the same in every service:
   record's position, so a replay gives the same letter). One that cannot be sent is
   logged and counted. Nothing here stops the stream.
 
+`judge` is the policy's one decision (dead-letter here or skip, with which reason and
+kind), for `EventStream` and for readers that send their letters their own way (the
+scheduler's Faust agents).
+
 `KafkaRecords` reads with an aiokafka consumer the caller has assigned or subscribed;
 `MemoryRecords` is fed by hand, for unit tests (with `publish.MemoryEvents` for letters).
 """
@@ -40,15 +44,6 @@ UNAUTHORIZED = "unauthorized"
 REJECTED = "rejected"
 RETRY_S = 0.5
 """The pause after a read that failed."""
-
-
-def reason_kind(reason: str) -> str:
-    """A dead letter's reason as a small label set: an InvalidEvent kind, unauthorized,
-    internal (a handler that failed) or rejected (a valid event that cannot be applied)."""
-    head = reason.split(":", 1)[0]
-    if head in ev.InvalidEvent.KINDS or head == UNAUTHORIZED:
-        return head
-    return INTERNAL if head == "internal error" else REJECTED
 
 
 class Unusable(Exception):
@@ -116,6 +111,46 @@ class StreamStats:
     """Handlers that failed."""
     read_errors: int = 0
     """Reads that failed (retried)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the policy makes of a record that cannot be used."""
+
+    reason: str
+    kind: str
+    """A small label set: an InvalidEvent kind, unauthorized, internal (a handler that
+    failed), rejected, or a `Refused`'s own kind."""
+    send: bool
+    """True: this reader dead-letters the record; False: it skips it."""
+
+
+def judge(
+    record: Record, exc: Exception, owns: Callable[[Record], bool], stats: StreamStats
+) -> Verdict:
+    """The dead-letter policy (module doc) for ``record``, unusable because of ``exc``:
+    InvalidEvent and `Unusable` are its owner's to dead-letter, `Refused` this reader's,
+    anything else is a handler that failed (logged, then its owner's). Counted in
+    ``stats``."""
+    if isinstance(exc, Refused):
+        verdict = Verdict(exc.reason, exc.kind, True)
+    elif isinstance(exc, ev.InvalidEvent | Unusable):
+        stats.bad_records += 1
+        verdict = Verdict(exc.reason, exc.kind, owns(record))
+    else:
+        stats.internal_errors += 1
+        stats.bad_records += 1
+        log.error(
+            "failed on %s[%d]@%d", record.topic, record.partition, record.offset, exc_info=exc
+        )
+        verdict = Verdict(f"internal error: {exc!r}", INTERNAL, owns(record))
+    counts = stats.dead_letters if verdict.send else stats.skipped
+    counts[verdict.kind] = counts.get(verdict.kind, 0) + 1
+    if not verdict.send:
+        log.debug(
+            "skipped %s[%d]@%d: %s", record.topic, record.partition, record.offset, verdict.reason
+        )
+    return verdict
 
 
 class RecordSource(Protocol):
@@ -218,7 +253,7 @@ class EventStream:
             try:
                 batch.events.append(Delivered(record, self.decode(record)))
             except (ev.InvalidEvent, Unusable) as exc:
-                await self.bad(record, exc.reason, exc.kind)
+                await self.reject(record, exc)
         return batch
 
     async def apply(
@@ -231,42 +266,24 @@ class EventStream:
                 done = handle(item.event)
                 if done is not None:
                     await done
-            except Refused as exc:
-                await self.refuse(item.record, exc.reason, exc.kind)
-            except Unusable as exc:
-                await self.bad(item.record, exc.reason, exc.kind)
             except Exception as exc:
-                await self.failed(item.record, exc)
+                await self.reject(item.record, exc)
 
-    async def bad(self, record: Record, reason: str, kind: str) -> None:
-        """A record no reader can use: dead-lettered if this reader owns it, else skipped
-        and counted."""
-        self.stats.bad_records += 1
-        if self.owns(record):
-            await self._dead_letter(record, reason, kind)
-        else:
-            self.stats.skipped[kind] = self.stats.skipped.get(kind, 0) + 1
-            log.debug(
-                "skipped %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason
-            )
+    async def reject(self, record: Record, exc: Exception) -> None:
+        """A record that cannot be used because of ``exc``: dead-lettered or skipped, as
+        `judge` says."""
+        verdict = judge(record, exc, self.owns, self.stats)
+        if verdict.send:
+            await self._dead_letter(record, verdict.reason)
 
     async def refuse(self, record: Record, reason: str, kind: str = REJECTED) -> None:
         """A valid event this reader cannot use: its own finding, dead-lettered here."""
-        await self._dead_letter(record, reason, kind)
+        await self.reject(record, Refused(reason, kind))
 
-    async def failed(self, record: Record, exc: Exception) -> None:
-        """A handler that failed on ``record``: logged, then a bad record."""
-        self.stats.internal_errors += 1
-        log.error(
-            "failed on %s[%d]@%d", record.topic, record.partition, record.offset, exc_info=exc
-        )
-        await self.bad(record, f"internal error: {exc!r}", INTERNAL)
-
-    async def _dead_letter(self, record: Record, reason: str, kind: str) -> None:
+    async def _dead_letter(self, record: Record, reason: str) -> None:
         log.warning(
             "dead letter %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason
         )
-        self.stats.dead_letters[kind] = self.stats.dead_letters.get(kind, 0) + 1
         try:
             sent = await publish_dead_letter(
                 self.letters,
