@@ -23,6 +23,7 @@ from services.coordinator.resume import Position, read_positions
 from venn.auth.local import job_token
 from venn.core.lifecycle import JobLife
 from venn.core.model import JobSpec
+from venn.core.round_tally import RoundTally
 from venn.events import RoundClosed
 from venn.sdk import TraceClock, VennClient
 from venn.settings import Settings
@@ -98,22 +99,22 @@ class JobCoordinator:
 
     def _report(self) -> None:
         if self.ledger is not None:
-            self.progress.assigned = len(self.ledger.assigned)
-            self.progress.results = len(self.ledger.ok)
+            self.progress.assigned = len(self.ledger.tally.assigned)
+            self.progress.results = len(self.ledger.tally.ok)
         if self.on_progress is not None:
             self.on_progress(self.progress)
 
     async def _follow_assignments(self) -> None:
         async for a in self.client.assignments(self.spec.job_id):
             ledger = self.ledger
-            if ledger is not None and ledger.on_assignment(a, self.clock.now()):
+            if ledger is not None and ledger.tally.on_assignment(a, self.clock.now()):
                 self.progress.assignments_total += 1
                 self._report()
 
     async def _follow_results(self) -> None:
         async for r in self.client.results(self.spec.job_id):
             ledger = self.ledger
-            if ledger is not None and ledger.on_result(r):
+            if ledger is not None and ledger.tally.on_result(r):
                 self._report()
                 if ledger.succeeded:
                     self._changed.set()
@@ -192,14 +193,12 @@ class JobCoordinator:
             return None
         spec = self.spec
         opened_at = self.clock.trace_at(attempt.requested_at)
-        ledger = RoundLedger(
-            spec.job_id, attempt.index, attempt.demand, spec.results_needed, opened_at
-        )
+        tally = RoundTally(attempt.index, attempt.demand)
         for assignment in position.assignments:
-            ledger.on_assignment(assignment, self.clock.trace_at(assignment.time))
+            tally.on_assignment(assignment, self.clock.trace_at(assignment.time))
         for result in position.results:
-            ledger.on_result(result)
-        return ledger
+            tally.on_result(result)
+        return RoundLedger(spec.job_id, tally, spec.results_needed, opened_at)
 
     async def _rounds(
         self, stop: asyncio.Event, position: Position | None, cancel_on_stop: bool
@@ -214,7 +213,10 @@ class JobCoordinator:
             attempt = resumed.round_index
         while self.progress.rounds_done < spec.rounds:
             ledger = resumed or RoundLedger(
-                spec.job_id, attempt, spec.demand, spec.results_needed, self.clock.now()
+                spec.job_id,
+                RoundTally(attempt, spec.demand),
+                spec.results_needed,
+                self.clock.now(),
             )
             self.ledger = ledger
             self.progress.attempt = attempt
@@ -236,7 +238,7 @@ class JobCoordinator:
             )
             self.ledger = None
             self.outcome.closed.append(closed)
-            self.outcome.extra_assignments += ledger.extra_assignments
+            self.outcome.extra_assignments += ledger.tally.extra_assignments
             if closed.outcome == "succeeded":
                 self.progress.rounds_done += 1
             attempt += 1

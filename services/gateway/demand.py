@@ -8,7 +8,7 @@ could any open round with remaining demand take a device with these attributes?
 
 It only errs on the safe side, except for one race: assignments are read from the latest
 offset (so used demand is under-counted and "maybe" is said too often, which only costs
-a wait), duplicates are counted once; but a round opened a few milliseconds ago and not
+a wait), duplicates are counted once (per device); but a round opened a few milliseconds ago and not
 yet seen here yields a "no". Such a check-in goes to the scheduler marked ``observe_only``:
 it counts as supply for the plan and is never assigned, so no slot is spent on a device
 that was sent away.
@@ -21,16 +21,18 @@ from collections.abc import Mapping
 from venn import events as ev
 from venn.core.lifecycle import Applied, JobBook, JobLife
 from venn.core.model import Requirement
+from venn.core.round_tally import RoundTally
 
 
 class DemandView:
     """Open rounds and their remaining demand: the core's lifecycle fold over venn.jobs and
-    venn.rounds (its replay rules, not a copy of them), less the assignments seen."""
+    venn.rounds and its tally of each open round's assignments (their replay rules, not a
+    copy of them)."""
 
     def __init__(self) -> None:
         self.book = JobBook()
-        self.used: dict[tuple[str, int], set[str]] = {}
-        """(job, open attempt) -> ids of the assignments seen for it."""
+        self.tallies: dict[str, RoundTally] = {}
+        """Job -> the tally of its open attempt (of the assignments seen)."""
         self._open: tuple[Requirement, ...] | None = None
         self.assignments_seen = 0
         """Assignments read since the gateway started (the dashboard's assignment rate)."""
@@ -41,19 +43,31 @@ class DemandView:
         if assignments:
             self.assignments_seen += len(assignments)
             for a in assignments:
-                attempt = self.book.get(a.job_id).open_attempt
-                if attempt is not None and attempt.index == a.round_index:
-                    self.used.setdefault((a.job_id, a.round_index), set()).add(a.event_id)
+                tally = self._tally(self.book.get(a.job_id))
+                if tally is not None and tally.on_assignment(a, a.time):
                     self._open = None
             return
         if self.book.apply(event) is Applied.CHANGED:
             self._open = None
 
-    def remaining(self, life: JobLife) -> int:
+    def _tally(self, life: JobLife) -> RoundTally | None:
         attempt = life.open_attempt
         if attempt is None or life.registered is None:
-            return 0
-        return attempt.demand - len(self.used.get((life.job_id, attempt.index), ()))
+            self.tallies.pop(life.job_id, None)
+            return None
+        tally = self.tallies.get(life.job_id)
+        if tally is None or tally.round_index != attempt.index:
+            tally = self.tallies[life.job_id] = RoundTally(attempt.index, attempt.demand)
+        return tally
+
+    def remaining(self, life: JobLife) -> int:
+        tally = self._tally(life)
+        return 0 if tally is None else tally.remaining
+
+    def assigned(self, life: JobLife) -> int:
+        """Devices seen assigned to the job's open attempt."""
+        tally = self._tally(life)
+        return 0 if tally is None else len(tally.assigned)
 
     def is_open(self, job_id: str) -> bool:
         return self.remaining(self.book.get(job_id)) > 0

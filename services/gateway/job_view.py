@@ -59,7 +59,7 @@ def job_summary(
     open_round: Json | None = None
     open_wait = 0.0
     if attempt is not None:
-        assigned = len(view.used.get((life.job_id, attempt.index), ()))
+        assigned = view.assigned(life)
         requested = attempt.requested_at or now
         open_wait = max(0.0, now - requested) if assigned < attempt.demand else 0.0
         open_round = {
