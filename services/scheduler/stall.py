@@ -12,7 +12,10 @@ bring them back, but it is abandoned on a timeout or when another rebalance star
 feeds this watch every few seconds, reports a stalled partition on /healthz and in
 `venn_scheduler_stalled_partitions`, puts it back into Faust's fetch set if Faust had left
 it out, or else fetches it again from the last record read, and stops (for its supervisor
-to restart it) if that does not help.
+to restart it) if that does not help. A partition not fetched since it was assigned has
+no high watermark in the client; the worker asks the broker for its end offset, so that
+such a partition is seen too. While the worker restores its tables, a second watch does
+the same for the changelog partitions recovery is waiting for, by recovery's offsets.
 """
 
 from __future__ import annotations

@@ -46,9 +46,12 @@ CONFIG = DemoConfig(
 )
 Run = tuple[DemoResult, list[str], list[float]]
 """The demo's result, the membership changes made and when (wall clock)."""
-JOIN_S, LEAVE_S, KILL_S = 6.0, 16.0, 26.0
+JOIN_S, LEAVE_S, KILL_S = 6.0, 17.0, 33.0
 """Wall seconds after the workload starts: worker 3 joins, worker 2 leaves, worker 3 is
-killed; worker 1 runs throughout."""
+killed; worker 1 runs throughout. A phase must outlast the handover after a change
+(rebalance, table recovery, new grants): on a quiet machine the first assignment came
+1.4 s after the join, 6.2 s after the leave and 11.4 s after the kill (the dead member's
+session timeout first); one CI run had none in the 10 s between leave and kill."""
 
 
 async def membership(handles: DemoHandles, log: list[str], times: list[float]) -> None:
@@ -119,8 +122,13 @@ async def test_membership_changed_mid_run(run: Run) -> None:
     # with the run).
     made = [a.time for a in invariants.assignments(result.events)]
     bounds = [*times, float("inf")]
-    for phase, (start, end) in enumerate(itertools.pairwise(bounds)):
-        assert any(start <= t < end for t in made), f"no assignment in phase {phase}"
+    counts = [sum(start <= t < end for t in made) for start, end in itertools.pairwise(bounds)]
+    first = [round(min((t - s for t in made if t >= s), default=-1.0), 1) for s in times]
+    for phase, count in enumerate(counts):
+        assert count, (
+            f"no assignment in phase {phase}: assignments per phase {counts}, seconds from "
+            f"each change to the next assignment {first}"
+        )
 
 
 async def test_every_job_finishes(run: Run) -> None:
