@@ -452,8 +452,7 @@ def create_app(
         )
         # A partition the client has not fetched since it was assigned has no high
         # watermark yet: ask the broker, else a partition never fetched is never seen as
-        # stalled. (A CI run after a SIGKILL and restart: one venn.jobs record never
-        # handled for three minutes while every lag read 0.)
+        # stalled.
         ends: dict[Any, int] = {}
         with contextlib.suppress(Exception):
             unfetched = [
@@ -487,8 +486,7 @@ def create_app(
             await unstall(consumer, stalled, read.get, refetched)
         if stuck:
             # A changelog partition that recovery waits for and reads nothing of would
-            # hold every stream: the same remedy as for an input. (Suspected, not proven,
-            # in that CI run: Faust's recovery was still slurping changelogs.)
+            # hold every stream: the same remedy as for an input.
             await unstall(consumer, stuck, recovery.active_offsets.get, reread)
 
     restoring = StallWatch()
