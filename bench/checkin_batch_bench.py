@@ -24,7 +24,7 @@ pipeline), lease messages and the deciding core's table compiles.
 
 The core alone is measured too: `Scheduler.checkin` per check-in against
 `Scheduler.checkin_batch`, on the same slots and tiers. CPU time (process_time), median of
-the repeats. Prints a table and writes docs/bench/checkin_batch.json.
+the repeats. Prints a table and writes docs/results/bench/checkin_batch.json.
 
     .venv/bin/python bench/checkin_batch_bench.py [--checkins 50000] [--repeats 5]
 """
@@ -67,7 +67,7 @@ from venn.core.lease import LeaseRule  # noqa: E402
 from venn.core.model import JobSpec, Requirement  # noqa: E402
 from venn.settings import Settings  # noqa: E402
 
-JSON_OUT = ROOT / "docs" / "bench" / "checkin_batch.json"
+JSON_OUT = ROOT / "docs" / "results" / "bench" / "checkin_batch.json"
 BATCH = 128
 DEMAND = 250
 GOAL_US = 5.0

@@ -25,7 +25,7 @@ from venn.sim.engine import SimConfig
 from venn.sim.runner import horizon_of, run_jobs, trace_for
 from venn.workloads import load_workload
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "sim.json"
+OUT = Path(__file__).resolve().parent.parent / "docs" / "results" / "bench" / "sim.json"
 
 
 def timed(workload: str, policy: str, scale: float, mode: str) -> dict[str, float]:

@@ -155,7 +155,7 @@ class Settings:
         "single",
         "single: run one scheduler worker, which owns every partition; leased: any number "
         "of workers share the check-in partitions, each deciding with lease quota "
-        "(venn.core.partition, docs/scaling.md).",
+        "(venn.core.partition, docs/workers.md).",
     )
     recorder_port: int = _env(
         "VENN_RECORDER_PORT", 0, "HTTP port of the recorder's /healthz and /metrics; 0: none."
@@ -193,7 +193,7 @@ class Settings:
         "VENN_GATEWAY_LINGER_MS",
         5,
         "How long the gateway gathers check-ins into one batch (5 ms: fewer, larger "
-        "messages under load; docs/performance.md).",
+        "messages under load; docs/notes/performance.md).",
     )
     gateway_batch_max: int = _env(
         "VENN_GATEWAY_BATCH_MAX", 128, "Most check-ins in one batch event (also capped by size)."

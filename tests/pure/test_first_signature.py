@@ -1,6 +1,6 @@
 """A table compiled before any device was seen must not hide the first signature.
 
-The single mode at 12 partitions declined every check-in (docs/scaling.md, "Found while
+The single mode at 12 partitions declined every check-in (docs/notes/scaling.md, "Found while
 measuring"): the status publisher compiled the table on its timer after the job opened
 its round and before any device had checked in, when the eligibility index held no
 signature. That table had one row all the same, so signature 0 of the first check-in

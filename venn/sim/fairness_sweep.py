@@ -7,7 +7,7 @@ that knob (``Scheduler(fairness_eps=...)``, ``venn.core.fairness``). Per run:
   same figure as Table 1 (1.88x at epsilon = 0 is Table 1's Venn on Low). So the speed-up
   here is Random's average JCT over the run's, both as censored means at the common
   horizon H (``venn.sim.metrics``), Random being the paper's §5 definition (policy
-  ``random``). Because that Random livelocks on these workloads (docs/reproduction.md),
+  ``random``). Because that Random livelocks on these workloads (docs/results/reproduction.md),
   the speed-up over ``random-order`` (the reference driver's random baseline) and over
   epsilon = 0 are given beside it.
 - **Fair share**: job i meets its fair-share JCT if it finished within H and
@@ -42,7 +42,7 @@ FAIRNESS_WORKLOADS = ("even", "low")
 EPSILONS = (0.0, 0.5, 1.0, 2.0, 4.0)
 BASELINES = ("isolated", "random", "random-order")
 POLICY = "venn"
-# Paper Fig 14 (venn-paper.md §3): epsilon -> (speed-up over Random, share of jobs within
+# Paper Fig 14 (the paper's §3): epsilon -> (speed-up over Random, share of jobs within
 # their fair-share JCT). The paper gives no point at 0.5.
 PAPER_CURVE: dict[float, tuple[float, float]] = {
     0.0: (1.88, 0.40),
@@ -226,7 +226,7 @@ def _cell(x: float | None, spec: str) -> str:
 
 
 def report_section(runs: Runs, meta: dict[str, Any]) -> list[str]:
-    """The "Fairness" section of docs/reproduction.md (generated)."""
+    """The "Fairness" section of docs/results/reproduction.md (generated)."""
     rs, jobs = meta["rounds_scale"], meta["jobs"]
     lines = [
         "## Fairness (paper Fig 14)",
@@ -234,7 +234,7 @@ def report_section(runs: Runs, meta: dict[str, Any]) -> list[str]:
         f"Command: `venn reproduce --fairness --jobs {jobs} --rounds-scale {rs}` (`venn` with "
         "the knob epsilon; rounds and arrival gaps x"
         f"{rs}; epsilon 0 and the baselines are the runs of the tables above). The paper's "
-        "curve (venn-paper.md §3) is about 1.88x / 40% at epsilon 0, 1.72x / 55% at 1, "
+        "curve (its §3) is about 1.88x / 40% at epsilon 0, 1.72x / 55% at 1, "
         "1.60x / 69% at 2 and 1.50x / 80% at 4.",
         "",
         "- *Speed-up* is Random's censored mean JCT over the run's, as the paper measures "

@@ -65,7 +65,7 @@ class DemoConfig:
     seed: int | None = None  # workload sampling seed (None: the YAML's RANDOMSEED)
     speedup: float = 12.0
     # 1 check-in per trace second and jobs arriving within a minute of each other: the
-    # jobs' overlapping requirements really compete (see docs/benchmarks.md, fidelity).
+    # jobs' overlapping requirements really compete (see docs/notes/benchmarks.md, fidelity).
     rate_per_s: float = 1.0  # synthetic check-ins per trace second
     num_devices: int | None = None
     trace_seed: int = 0
