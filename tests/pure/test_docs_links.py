@@ -34,9 +34,7 @@ def slug(heading: str) -> str:
     """GitHub's anchor for a heading: lower case, punctuation dropped, spaces -> '-'."""
     text = re.sub(r"`|\*\*|__", "", heading.strip()).lower()
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
-    kept = "".join(
-        c for c in text if c in " -_" or unicodedata.category(c)[0] in ("L", "N")
-    )
+    kept = "".join(c for c in text if c in " -_" or unicodedata.category(c)[0] in ("L", "N"))
     return kept.replace(" ", "-")
 
 
