@@ -30,17 +30,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.progress import Progress
+
+from venn.sim.workload_runs import ISOLATED, WorkloadRun, simulate_in_processes
 
 FAIRNESS_WORKLOADS = ("even", "low")
 EPSILONS = (0.0, 0.5, 1.0, 2.0, 4.0)
-BASELINES = ("isolated", "random", "random-order")
+BASELINES = (ISOLATED, "random", "random-order")
 POLICY = "venn"
 # Paper Fig 14 (the paper's §3): epsilon -> (speed-up over Random, share of jobs within
 # their fair-share JCT). The paper gives no point at 0.5.
@@ -58,12 +58,13 @@ def eps_key(eps: float) -> str:
     return f"eps={eps:g}"
 
 
-def _run(workload: str, key: str, jobs: int, rounds_scale: float, a_scale: float) -> dict[str, Any]:
-    from venn.sim.reproduce import _one  # the report's runs, the same way
-
+def sweep_run(
+    workload: str, key: str, jobs: int, rounds_scale: float, arrival_scale: float
+) -> WorkloadRun:
+    """The run behind a key of the sweep: ``eps=X`` (Venn with the knob X) or a baseline."""
     if key.startswith("eps="):
-        return _one(workload, POLICY, jobs, rounds_scale, a_scale, float(key[4:]))
-    return _one(workload, key, jobs, rounds_scale, a_scale)
+        return WorkloadRun(workload, POLICY, jobs, rounds_scale, arrival_scale, float(key[4:]))
+    return WorkloadRun(workload, key, jobs, rounds_scale, arrival_scale)
 
 
 def _load(path: Path, meta: dict[str, Any]) -> Runs:
@@ -109,18 +110,13 @@ def run_fairness(
             else:
                 tasks.append((w, key))
     _save(path, meta, runs)
-    if tasks:
-        with Progress(console=console) as progress, ProcessPoolExecutor(processes) as pool:
-            bar = progress.add_task("fairness sweep", total=len(tasks))
-            futures = {
-                pool.submit(_run, w, k, jobs, rounds_scale, arrival_scale): (w, k) for w, k in tasks
-            }
-            for fut in as_completed(futures):
-                w, k = futures[fut]
-                runs[w][k] = fut.result()
-                _save(path, meta, runs)
-                progress.console.print(f"done: {w} / {k}")
-                progress.advance(bar)
+
+    def done(key: tuple[str, str], result: dict[str, Any]) -> None:
+        runs[key[0]][key[1]] = result
+        _save(path, meta, runs)
+
+    work = [((w, k), sweep_run(w, k, jobs, rounds_scale, arrival_scale)) for w, k in tasks]
+    simulate_in_processes(work, processes, console, done, "fairness sweep")
     plot_fairness(runs, out)
     return runs
 
