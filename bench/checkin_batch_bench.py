@@ -52,7 +52,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.scheduler.config import SchedulerConfig  # noqa: E402
 from services.scheduler.leases import (  # noqa: E402
     OWNER_KINDS,
     LeasedCheckins,
@@ -65,7 +64,7 @@ from venn.checkin_columns import AttrsCache, checkin_columns  # noqa: E402
 from venn.core import make_scheduler  # noqa: E402
 from venn.core.lease import LeaseRule  # noqa: E402
 from venn.core.model import JobSpec, Requirement  # noqa: E402
-from venn.settings import Settings  # noqa: E402
+from venn.settings import SchedulerSettings  # noqa: E402
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "checkin_batch.json"
 BATCH = 128
@@ -133,8 +132,7 @@ class Worker:
     holding every partition, its lease messages delivered in process, in order)."""
 
     def __init__(self, leased: bool) -> None:
-        settings = Settings(topic_partitions=PARTITIONS)
-        self.config = SchedulerConfig(settings=settings, policy="venn", leased=leased)
+        self.config = SchedulerSettings(policy="venn", mode="leased" if leased else "single")
         self.jobs, self.rounds, self.lease = CountingTable(), CountingTable(), CountingTable()
         self.state = SchedulerState(self.config, self.jobs, self.rounds)
         self.replica: Replica | None = None

@@ -27,10 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from services.scheduler.config import SchedulerConfig  # noqa: E402
 from services.scheduler.state import SchedulerState  # noqa: E402
 from venn import events as ev  # noqa: E402
-from venn.settings import Settings  # noqa: E402
+from venn.settings import SchedulerSettings  # noqa: E402
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "state_memory.json"
 POINTS = ((100, 100), (1_000, 100), (1_000, 250))
@@ -45,9 +44,7 @@ def fill(jobs: int, demand: int) -> dict[str, Any]:
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    state = SchedulerState(
-        SchedulerConfig(settings=Settings(), policy="venn"), jobs_table, rounds_table
-    )
+    state = SchedulerState(SchedulerSettings(policy="venn"), jobs_table, rounds_table)
     state.ensure_loaded(now)
     for j in range(jobs):
         job_id = f"job-{j:05d}"

@@ -326,7 +326,7 @@ async def setup_phase(
     keep: Path | None = None,
 ) -> dict[str, Any]:
     from loadtest.stack import LoadStack, StackConfig
-    from services.scheduler.app import changelog_topics
+    from venn.broker import topics
 
     started = time.monotonic()
     config = StackConfig(
@@ -385,7 +385,7 @@ async def setup_phase(
             for b, a in zip(before, after, strict=True)
         ]
         assert stack.settings is not None
-        changelogs = changelog_topics(stack.settings)
+        changelogs = topics.scheduler_changelogs(stack.settings.app_id)
     ranked = sorted(runs, key=lambda r: r["rate"])
     out["run"] = ranked[len(ranked) // 2]
     out["rate_repeats"] = [r["rate"] for r in runs]

@@ -39,7 +39,6 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from services.gateway import dashboard, jobs_api
 from services.gateway.batcher import BatcherBusy, CheckinBatcher
-from services.gateway.config import GatewayConfig
 from services.gateway.demand import DemandView
 from services.gateway.loop_watch import LoopWatch
 from services.gateway.models import (
@@ -59,7 +58,7 @@ from venn.broker.publish import KafkaEvents
 from venn.broker.stream import EventStream, KafkaRecords, Record, StreamStats, owned_by
 from venn.broker.topics import ensure_topics
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
-from venn.settings import Settings
+from venn.settings import GatewaySettings, Settings
 
 log = logging.getLogger("venn.gateway")
 
@@ -150,9 +149,9 @@ def checkin_id_of(assignment_id: str) -> str | None:
 class Gateway:
     """Kafka side of one gateway process: producer, assignments consumer, pending map."""
 
-    def __init__(self, config: GatewayConfig) -> None:
-        self.config = config
-        self.settings: Settings = config.settings
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.config: GatewaySettings = settings.gateway
         self.stats = GatewayStats()
         self.view = DemandView()
         self.view_ready = False
@@ -208,7 +207,7 @@ class Gateway:
             group_id=None,  # every gateway reads every assignment; no group, no rebalances
             enable_auto_commit=False,
             auto_offset_reset="latest",
-            fetch_max_wait_ms=self.config.fetch_wait_ms,
+            fetch_max_wait_ms=s.gateway_fetch_wait,
             **s.kafka_options,
         )
         await self.producer.start()
@@ -616,7 +615,7 @@ def _answer(status: int, payload: Json) -> web.Response:
     return _json(payload, status, retry if status == 429 else None)
 
 
-async def _read_body(request: web.Request, config: GatewayConfig, deadline: float) -> bytes:
+async def _read_body(request: web.Request, config: GatewaySettings, deadline: float) -> bytes:
     length = request.content_length
     if length is not None and length > config.max_body_bytes:
         raise RequestError(
@@ -661,12 +660,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _answer(status, payload)
 
 
-def create_app(
-    settings: Settings | None = None, config: GatewayConfig | None = None
-) -> web.Application:
-    """The aiohttp application; its startup connects to Kafka, its cleanup disconnects."""
-    config = config or GatewayConfig.from_env(settings)
-    gw = Gateway(config)
+def create_app(settings: Settings | None = None) -> web.Application:
+    """The aiohttp application (settings: default from the environment, with the gateway's
+    Kafka principal); its startup connects to Kafka, its cleanup disconnects."""
+    gw = Gateway((settings or Settings.from_env()).for_role("gateway"))
+    config = gw.config
     registry = CollectorRegistry()
     registry.register(StatsCollector("venn_gateway", lambda: gw.stats, gw.gauges))
     latency = Histogram(
@@ -690,7 +688,7 @@ def create_app(
 
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[timed, _errors])
     app[GATEWAY] = gw
-    spec = _encode(openapi_document(config))
+    spec = _encode(openapi_document(gw.settings))
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE})
@@ -792,12 +790,13 @@ def create_app(
 class GatewayServer:
     """create_app + an aiohttp site; `await start()` returns the bound port."""
 
-    def __init__(self, config: GatewayConfig, reuse_port: bool = False) -> None:
-        self.config = config
+    def __init__(self, settings: Settings | None = None, reuse_port: bool = False) -> None:
         self.reuse_port = reuse_port
-        self.app = create_app(config=config)
+        self.app = create_app(settings)
+        self.settings = self.gateway.settings
+        self.config = self.gateway.config
         self.runner: web.AppRunner | None = None
-        self.port = config.port
+        self.port = self.config.port
 
     @property
     def gateway(self) -> Gateway:
@@ -842,14 +841,12 @@ class GatewayServer:
 async def run_gateway(
     settings: Settings | None,
     stop_event: asyncio.Event,
-    config: GatewayConfig | None = None,
     *,
     reuse_port: bool = False,
     on_ready: Callable[[GatewayServer], None] | None = None,
 ) -> GatewayStats:
     """Serve until `stop_event` is set. Returns the counters."""
-    config = config or GatewayConfig.from_env(settings)
-    server = GatewayServer(config, reuse_port=reuse_port)
+    server = GatewayServer(settings, reuse_port=reuse_port)
     await server.start()
     log.info("gateway listening on %s", server.url)
     if on_ready is not None:

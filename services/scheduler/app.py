@@ -45,15 +45,16 @@ from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.scheduler import leases, metrics
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.stall import StallWatch
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
 from services.scheduler.transport import OutputProducer, SchedulerApp, TrackedTable
 from venn import events as ev
+from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
 from venn.broker.health import BrokerWatch
+from venn.broker.process import free_port
 from venn.broker.publish import dead_letter as dead_letter_of
 from venn.broker.publish import message
 from venn.broker.stream import Record, Refused, StreamStats, Unusable, judge, owned_by
@@ -63,18 +64,12 @@ from venn.settings import Settings
 
 log = logging.getLogger(__name__)
 
-TABLES = ("jobs", "round", leases.TABLE)
+TABLES = topics.SCHEDULER_TABLES
 QUIET_LOGGERS = ("faust", "mode", "aiokafka")
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4"
 
 Handler = Callable[[Any, int, float], Any]
 """(event, partition, now) -> None, an event to publish, or a list of them."""
-
-
-def changelog_topics(settings: Settings) -> list[str]:
-    """Changelog topics of the app's tables: create them (with the input topics' partition
-    count) before the worker starts."""
-    return [topics.changelog_topic(settings.app_id, table) for table in TABLES]
 
 
 def faust_credentials(settings: Settings) -> faust.SASLCredentials | None:
@@ -93,11 +88,14 @@ def quiet_logs(level: int = logging.WARNING) -> None:
         logging.getLogger(name).setLevel(max(level, logging.INFO))
 
 
-def create_app(
-    settings: Settings | None = None, config: SchedulerConfig | None = None
-) -> faust.App:
-    config = config or SchedulerConfig.from_env(settings)
-    settings = config.settings
+def create_app(settings: Settings | None = None) -> faust.App:
+    """The app of one worker (settings: default from the environment, with the
+    scheduler's Kafka principal)."""
+    settings = (settings or Settings.from_env()).for_role("scheduler")
+    config = settings.scheduler
+    tokens = Tokens(settings.auth_secret) if settings.auth_enabled else None
+    # 0: any free port; every worker needs its own (Faust's web server always binds).
+    web_port = config.web_port or free_port(config.web_host)
     quiet_logs()
     tuning = settings.tuning
     app = SchedulerApp(
@@ -116,11 +114,11 @@ def create_app(
         broker_session_timeout=tuning.session_timeout_ms / 1000,
         broker_rebalance_timeout=tuning.rebalance_timeout_ms / 1000,
         broker_heartbeat_interval=tuning.heartbeat_interval_ms / 1000,
-        web_bind=settings.scheduler_web_host,
+        web_bind=config.web_host,
         broker_credentials=faust_credentials(settings),
-        web_port=config.web_port,
+        web_port=web_port,
         # One per worker: workers of one run dir must not share Faust's data directory.
-        datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data-{config.web_port}"),
+        datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data-{web_port}"),
     )
     partitions = settings.topic_partitions
     jobs_table = app.Table("jobs", key_type=str, partitions=partitions)
@@ -145,7 +143,7 @@ def create_app(
     def owned_partitions() -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topics.JOBS}
 
-    state = SchedulerState(config, jobs_table, rounds_table, owned_partitions)
+    state = SchedulerState(config, jobs_table, rounds_table, owned_partitions, tokens)
     app.scheduler_state = state  # type: ignore[attr-defined]
     replica: leases.Replica | None = None
     lease_table: TrackedTable | None = None
@@ -419,11 +417,7 @@ def create_app(
             return
         now = time.time()
         for job_id, seen in state.silent_jobs(now):
-            token = (
-                config.tokens.issue("admin", "scheduler", ttl_s=600)
-                if config.tokens is not None
-                else None
-            )
+            token = tokens.issue("admin", "scheduler", ttl_s=600) if tokens is not None else None
             expired = ev.JobExpired(
                 event_id=f"expired:{job_id}:{int(seen)}",
                 time=now,
@@ -491,7 +485,7 @@ def create_app(
 
     restoring = StallWatch()
     """Changelog partitions while the worker restores its tables."""
-    changelogs = set(changelog_topics(settings))
+    changelogs = set(topics.scheduler_changelogs(settings.app_id))
     refetched: set[tuple[str, int]] = set()
     reread: set[tuple[str, int]] = set()
 
@@ -554,9 +548,7 @@ def create_app(
 
     @app.task
     async def _revocations() -> None:
-        if config.tokens is not None:
-            await follow_revocations(
-                settings.broker, config.tokens.revocations, settings.kafka_options
-            )
+        if tokens is not None:
+            await follow_revocations(settings.broker, tokens.revocations, settings.kafka_options)
 
     return app

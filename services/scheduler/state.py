@@ -38,7 +38,6 @@ import msgspec
 import numpy as np
 
 from services.scheduler import metrics
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
 from services.scheduler.leases import LeasedCheckins, LeaseOwner, release_event
 from services.scheduler.outputs import assignment, assignment_batch, uniform_of
@@ -50,7 +49,7 @@ from services.scheduler.rows import (
     decode_round_row,
 )
 from venn import events as ev
-from venn.auth import AuthError, check_job_event
+from venn.auth import AuthError, Tokens, check_job_event
 from venn.broker.stream import UNAUTHORIZED, Refused, Unusable
 from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
@@ -59,6 +58,7 @@ from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
 from venn.fields import INDEX_MAX
+from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +90,15 @@ class OpenRoundRows:
 class SchedulerState:
     def __init__(
         self,
-        config: SchedulerConfig,
+        config: SchedulerSettings,
         jobs: MutableMapping[str, Any],
         rounds: MutableMapping[str, Any],
         owned_partitions: Callable[[], Collection[int] | None] = lambda: None,
+        tokens: Tokens | None = None,
     ) -> None:
         self.config = config
+        self.tokens = tokens
+        """Checks the job owners' tokens on job and round events (None: no authentication)."""
         self.jobs = jobs
         self.rounds_table = rounds
         self.owned_partitions = owned_partitions
@@ -278,7 +281,7 @@ class SchedulerState:
         """Job and round events need their job's token (a forged event could register,
         cancel or close any job: issue 12, defect 4)."""
         try:
-            check_job_event(self.config.tokens, event)
+            check_job_event(self.tokens, event)
         except AuthError as exc:
             raise Unusable(UNAUTHORIZED, f"{UNAUTHORIZED}: {exc}") from None
 
