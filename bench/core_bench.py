@@ -133,6 +133,7 @@ def checkin_rate(policy: str, n: int = 50_000) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5, help="best of this many runs")
+    ap.add_argument("--no-write", action="store_true", help=f"print only (not {OUT.name})")
     args = ap.parse_args()
     plans: list[dict[str, object]] = []
     rates_by_policy: dict[str, float] = {}
@@ -203,8 +204,9 @@ def main() -> None:
         compiles_by_policy[policy] = c
         rates.add_row(policy, f"{r:,.0f}", f"{c:.1f}")
     Console().print(rates)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(results, indent=1))
+    if not args.no_write:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
