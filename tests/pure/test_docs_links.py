@@ -132,3 +132,26 @@ def test_the_checker_finds_what_it_should(tmp_path: Path) -> None:
         "venn/core/nothing_here.py"
     ]
     assert slug("The `venn` policy: why (and how)") == "the-venn-policy-why-and-how"
+
+
+def test_the_readme_is_a_front_door() -> None:
+    """At most 10 KB; its diagram and the architecture's topic table name every topic; its
+    folder map names every top-level folder and every package of venn/ and services/."""
+    from venn.broker.topics import ALL_TOPICS
+
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= 10_000
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    for text in (readme, architecture):
+        assert [t for t in ALL_TOPICS if t not in text] == []
+    tracked = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    tracked -= {"run", "build", "dist", "report"} | {p for p in tracked if "egg-info" in p}
+    packages = {
+        f"{top}/{p.name}/"
+        for top in ("venn", "services")
+        for p in (ROOT / top).iterdir()
+        if (p / "__init__.py").is_file()
+    }
+    tracked -= {"venn", "services"}  # named package by package
+    wanted = {f"`{name}/`" for name in tracked} | {f"`{p}`" for p in packages}
+    assert sorted(w for w in wanted if w not in readme) == []
