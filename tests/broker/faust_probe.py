@@ -26,13 +26,15 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from venn.broker.faust_offsets import LedgerConsumer, OffsetsApp, account, records
+
 TOPIC = os.environ.get("PROBE_TOPIC", "probe-in")
 HANDLED = os.environ.get("PROBE_HANDLED", "probe-handled")
 HOLD = os.environ.get("PROBE_HOLD") == "1"
 HOLD_LIMIT_S = 60.0
 
 
-class _HoldingConsumer(faust_aiokafka.Consumer):
+class _HoldingConsumer(LedgerConsumer):
     """Holds the first `perform_seek` (see the module doc)."""
 
     held = False
@@ -72,7 +74,7 @@ class _Transport(faust_aiokafka.Transport):
     Consumer = _HoldingConsumer
 
 
-class ProbeApp(faust.App):
+class ProbeApp(OffsetsApp):
     def _new_transport(self) -> Any:
         return _Transport(self.conf.broker_consumer, self)
 
@@ -100,13 +102,14 @@ def create_app() -> faust.App:
 
     @app.agent(source, name="probe")
     async def probe(stream: faust.StreamT) -> None:
-        async for event in stream.events():
+        async for event in records(stream, app.ledger):
             message = event.message
             if event.value == b"slow":
                 await app.tables.recovery.completed.wait()  # type: ignore[attr-defined]
             seen[str(message.offset)] = 1  # a changelog to recover: the fetcher runs then
             sent = await handled.send(key=str(message.offset).encode(), value=b"handled")
             await sent  # stored before the record is acked
+            account(app.ledger, message, "handled")
 
     return app
 

@@ -152,7 +152,6 @@ async def probe(broker: str, run_dir: Path) -> AsyncIterator[tuple[Probe, Observ
         await observer.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 25: faust-streaming 0.15.3 commits a cleared record")
 async def test_no_offset_is_committed_unhandled(probe: tuple[Probe, Observer]) -> None:
     worker, bus = probe
     first = await bus.produce(b"first")
