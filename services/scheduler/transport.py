@@ -1,5 +1,6 @@
 """Faust's aiokafka transport with a configurable consumer fetch wait and a batching
-producer for the scheduler's outputs.
+producer for the scheduler's outputs; its consumer commits what the offset ledger says
+(`venn.broker.faust_offsets`).
 
 Faust hard-codes ``fetch_max_wait_ms=1500`` for the worker's consumer. Apache Kafka answers
 a parked fetch as soon as data arrives, so there it costs nothing; Tansu keeps the fetch
@@ -32,6 +33,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TransportT
 
 from services.scheduler import metrics
+from venn.broker.faust_offsets import LedgerConsumer, OffsetsApp
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return consumer
 
 
-class _Consumer(faust_aiokafka.Consumer):
+class _Consumer(LedgerConsumer):
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
@@ -171,8 +173,9 @@ class _Transport(faust_aiokafka.Transport):
     Producer: ClassVar[Any] = OutputProducer
 
 
-class SchedulerApp(faust.App):
-    """A faust.App whose worker consumer waits at most ``fetch_wait_ms`` per fetch."""
+class SchedulerApp(OffsetsApp):
+    """An `OffsetsApp` (commits follow its offset ledger) whose worker consumer waits at
+    most ``fetch_wait_ms`` per fetch."""
 
     def __init__(self, *args: Any, fetch_wait_ms: int = 1500, **kwargs: Any) -> None:
         self.fetch_wait_ms = fetch_wait_ms
