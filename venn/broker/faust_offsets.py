@@ -28,7 +28,10 @@ What this module does instead, for any Faust app built on `OffsetsApp`:
 - The ledger starts each assigned partition at its committed offset (the log's start when
   none is committed, or 0, which aiokafka's `seek_to_committed` does not seek to).
 
-Also here, for the scheduler's stall watch: `fetch_state` and `resume_fetching` (a
+Also here: the consumer's fetch wait (`OffsetsApp(fetch_wait_ms=...)`: Faust hard-codes
+``fetch_max_wait_ms=1500``; Apache Kafka answers a parked fetch as soon as data arrives,
+but Tansu keeps it parked for the whole wait, which put up to 1.5 s between a check-in and
+its assignment), and, for the scheduler's stall watch: `fetch_state` and `resume_fetching` (a
 partition Faust leaves out of its fetch set), and `restore_progress` (changelog partitions
 a table recovery waits for).
 """
@@ -40,6 +43,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import aiokafka
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, TransportT
@@ -49,8 +53,23 @@ from venn.broker.ledger import OffsetLedger, Outcome
 log = logging.getLogger(__name__)
 
 
+class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(
+        self, transport: faust_aiokafka.Transport
+    ) -> aiokafka.AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        wait = getattr(self.app, "fetch_wait_ms", None)
+        if wait is not None:
+            # Read by AIOKafkaConsumer.start() when it builds its fetcher, i.e. after this.
+            consumer._fetch_max_wait_ms = wait
+        return consumer
+
+
 class LedgerConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer, committing what the app's ledger accounted for."""
+
+    def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
+        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     @property
     def ledger(self) -> OffsetLedger:
@@ -178,8 +197,15 @@ class OffsetsApp(faust.App):  # type: ignore[misc]
     """A faust.App whose commits follow ``ledger`` (its agents read with `records` and
     `account` every record). A subclass with its own transport gives it a `LedgerConsumer`."""
 
-    def __init__(self, *args: Any, ledger: OffsetLedger | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        ledger: OffsetLedger | None = None,
+        fetch_wait_ms: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.ledger = ledger if ledger is not None else OffsetLedger()
+        self.fetch_wait_ms = fetch_wait_ms
         super().__init__(*args, **kwargs)
 
     def _new_transport(self) -> TransportT:
