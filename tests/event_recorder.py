@@ -32,9 +32,9 @@ WAIT_S = 20.0
 
 @dataclass(frozen=True, slots=True)
 class Recorded(Record):
-    event: ev.Event | None
+    event: ev.Event | None = None
     """None when the value is not an event this topic may carry."""
-    seen_at: float
+    seen_at: float = 0.0
     """Wall-clock time (``time.time()``) the recorder read it."""
 
 
@@ -98,7 +98,10 @@ class EventRecorder:
                 except ev.InvalidEvent:
                     event = None
                 self.records.append(
-                    Recorded(r.topic, r.partition, r.offset, r.key, r.value, event, now)
+                    Recorded(
+                        r.topic, r.partition, r.offset, r.key, r.value, r.timestamp,
+                        r.timestamp_type, event=event, seen_at=now,
+                    )  # fmt: skip
                 )
 
     # -- what was published ------------------------------------------------------------

@@ -56,7 +56,14 @@ from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
 from venn.broker.publish import KafkaEvents
-from venn.broker.stream import EventStream, KafkaRecords, Record, StreamStats, owned_by
+from venn.broker.stream import (
+    EventStream,
+    KafkaRecords,
+    Record,
+    StreamStats,
+    authorized,
+    owned_by,
+)
 from venn.broker.topics import ensure_topics
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
 from venn.settings import Settings
@@ -217,6 +224,8 @@ class Gateway:
             KafkaEvents(self.producer),
             self._owns,
             max_bytes=s.max_event_bytes,
+            # The views fold only job events their token allowed, as the scheduler does.
+            check=authorized(self.tokens),
             stats=StreamStats(
                 skipped=self.stats.skipped_records, dead_letters=self.stats.dead_letter_reasons
             ),
@@ -312,7 +321,7 @@ class Gateway:
             self._on_declined(event)
         elif isinstance(event, ev.TokenRevoked):
             if self.tokens is not None:
-                self.tokens.revocations.revoke(event.token_id, event.expires_at)
+                self.tokens.revocations.revoke(event.token_id, event.time)
         else:
             for assignment in ev.assignments_of(event):
                 self._on_assignment(assignment)
