@@ -97,12 +97,9 @@ class EventRecorder:
                     event: ev.Event | None = ev.decode(r.value, allowed_on(r.topic), self.max_bytes)
                 except ev.InvalidEvent:
                     event = None
-                self.records.append(
-                    Recorded(
-                        r.topic, r.partition, r.offset, r.key, r.value, r.timestamp,
-                        r.timestamp_type, event=event, seen_at=now,
-                    )  # fmt: skip
-                )
+                record = (r.topic, r.partition, r.offset, r.key, r.value)
+                stamp = (r.timestamp, r.timestamp_type)
+                self.records.append(Recorded(*record, *stamp, event=event, seen_at=now))
 
     # -- what was published ------------------------------------------------------------
     def on(
