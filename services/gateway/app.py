@@ -56,6 +56,7 @@ from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
 from venn.broker.publish import KafkaEvents
+from venn.broker.security import client_options
 from venn.broker.stream import (
     EventStream,
     KafkaRecords,
@@ -169,6 +170,9 @@ class Gateway:
         self.pending_by_device: dict[str, str] = {}
         self.answered: OrderedDict[str, None] = OrderedDict()
         self.producer: AIOKafkaProducer | None = None
+        self.jobs_producer: AIOKafkaProducer | None = None
+        """The job API's writes to venn.jobs: as the ``jobs`` principal where Kafka has
+        SASL (`GatewayConfig.jobs_credentials`; None without them), else the producer."""
         self.consumer: AIOKafkaConsumer | None = None
         self.stream: EventStream | None = None
         self.batcher: CheckinBatcher | None = None
@@ -219,6 +223,16 @@ class Gateway:
             **s.kafka_options,
         )
         await self.producer.start()
+        if self.config.jobs_credentials is not None:
+            self.jobs_producer = AIOKafkaProducer(
+                bootstrap_servers=s.broker,
+                client_id=f"{client}-jobs",
+                acks="all",
+                **client_options(self.config.jobs_credentials),
+            )
+            await self.jobs_producer.start()
+        elif not s.kafka_user:
+            self.jobs_producer = self.producer
         self.stream = EventStream(
             KafkaRecords(self.consumer),
             KafkaEvents(self.producer),
@@ -283,6 +297,9 @@ class Gateway:
         if self.consumer is not None:
             await self.consumer.stop()
             self.consumer = None
+        if self.jobs_producer is not None and self.jobs_producer is not self.producer:
+            await self.jobs_producer.stop()
+        self.jobs_producer = None
         if self.producer is not None:
             await self.producer.stop()
             self.producer = None
