@@ -237,17 +237,17 @@ async def test_a_result_for_a_device_never_assigned_is_not_handed_on(secured: st
     """Issue 26, item 8: the devices principal may write venn.results, so any device's result
     can appear there; the SDK hands on only results of devices the job's round assigned (one
     that overtook its assignment, once the assignment comes)."""
-    job_id, now = f"tie-{uuid.uuid4().hex[:8]}", time.time()
+    job_id = f"tie-{uuid.uuid4().hex[:8]}"
 
     def assignment(device: str) -> ev.Assignment:
         return ev.Assignment(
-            event_id=f"asg:{device}:{job_id}:0", time=now, job_id=job_id, round_index=0,
+            event_id=f"asg:{device}:{job_id}:0", time=time.time(), job_id=job_id, round_index=0,
             device_id=device, task_url="http://t", speed_ms_per_sample=1.0, bandwidth_kbps=1.0,
         )  # fmt: skip
 
     def result(device: str) -> ev.DeviceResult:
         return ev.DeviceResult(
-            event_id=f"res-{device}-{job_id}", time=now, job_id=job_id, round_index=0,
+            event_id=f"res-{device}-{job_id}", time=time.time(), job_id=job_id, round_index=0,
             device_id=device, ok=True, response_time_s=1.0,
         )  # fmt: skip
 
