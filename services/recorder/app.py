@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from venn.audit import job_rows_from_events, make_engine, record_jobs, record_rounds, round_row
 from venn.audit.writes import conflicting_closes, history_row, record_history
-from venn.auth import AuthError, Tokens, check_job_event
+from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import topics
 from venn.broker.ledger import OffsetLedger
@@ -40,7 +40,7 @@ from venn.broker.stream import (
     KafkaRecords,
     Record,
     StreamStats,
-    Unusable,
+    authorized,
     owned_by,
 )
 from venn.broker.topics import ensure_topics
@@ -111,19 +111,6 @@ class RecorderStats:
 
 REFUSED_BY_DATABASE = "refused_by_database"
 CONFLICTING_CLOSE = "conflicting_close"
-
-
-def authorized(tokens: Tokens | None) -> Callable[[Event], None]:
-    """The token check of a job's events: one without a valid token for its job is never
-    audited (issue 12, defect 4); the scheduler, which owns these topics, dead-letters it."""
-
-    def check(event: Event) -> None:
-        try:
-            check_job_event(tokens, event)
-        except AuthError as exc:
-            raise Unusable(UNAUTHORIZED, f"{UNAUTHORIZED}: {exc}") from None
-
-    return check
 
 
 @dataclass(frozen=True, slots=True)
