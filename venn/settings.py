@@ -273,6 +273,13 @@ class KafkaPasswords:
     gateway: str = setting(
         "VENN_KAFKA_PASSWORD_GATEWAY", "", "Password of the gateway principal.", secret=True
     )
+    jobs: str = setting(
+        "VENN_KAFKA_PASSWORD_JOBS",
+        "",
+        "Password of the jobs principal: the only one that writes venn.jobs for the job API; "
+        "a gateway that has it (or the run dir's) serves submissions and cancels.",
+        secret=True,
+    )
     coordinator: str = setting(
         "VENN_KAFKA_PASSWORD_COORDINATOR", "", "Password of the coordinator principal.", secret=True
     )
@@ -443,6 +450,16 @@ class Settings:
         return dataclasses.replace(
             self, kafka_user=role, kafka_password=users[role], kafka_mechanism=MECHANISM
         )
+
+    def principal_credentials(self, principal: str) -> Credentials | None:
+        """Credentials of another Kafka principal this process signs in as for part of its
+        work (the gateway's job API as ``jobs``): its VENN_KAFKA_PASSWORD_<PRINCIPAL>, else
+        the run dir's; None where this process has no SASL or no such password."""
+        if not self.kafka_user:
+            return None
+        given = getattr(self.kafka_passwords, principal, "")
+        password = given or run_dir_kafka_users(self.run_dir).get(principal, "")
+        return Credentials(principal, password, MECHANISM) if password else None
 
     @property
     def kafka_credentials(self) -> Credentials | None:

@@ -55,7 +55,15 @@ from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
 from venn.broker.publish import KafkaEvents
-from venn.broker.stream import EventStream, KafkaRecords, Record, StreamStats, owned_by
+from venn.broker.security import JOBS, client_options
+from venn.broker.stream import (
+    EventStream,
+    KafkaRecords,
+    Record,
+    StreamStats,
+    authorized,
+    owned_by,
+)
 from venn.broker.topics import ensure_topics
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
 from venn.settings import GatewaySettings, Settings
@@ -161,6 +169,9 @@ class Gateway:
         self.pending_by_device: dict[str, str] = {}
         self.answered: OrderedDict[str, None] = OrderedDict()
         self.producer: AIOKafkaProducer | None = None
+        self.jobs_producer: AIOKafkaProducer | None = None
+        """The job API's writes to venn.jobs: as the ``jobs`` principal where Kafka has
+        SASL (``jobs_credentials``; None without them), else the producer."""
         self.consumer: AIOKafkaConsumer | None = None
         self.stream: EventStream | None = None
         self.batcher: CheckinBatcher | None = None
@@ -171,6 +182,11 @@ class Gateway:
         self.started_at = 0.0
         self.broker = BrokerWatch(self.settings.broker, self.settings.kafka_credentials)
         self.tokens = Tokens(self.settings.auth_secret) if self.settings.auth_enabled else None
+        self.jobs_credentials = self.settings.principal_credentials(JOBS)
+        """The job API's own Kafka principal (`venn.broker.security.JOBS`), the only one
+        that writes venn.jobs: from VENN_KAFKA_PASSWORD_JOBS or the run dir's users. None
+        where Kafka has no SASL (the gateway's producer writes them), or where this gateway
+        serves devices only (its job API then refuses submissions and cancels: 503)."""
         self.assigned: OrderedDict[tuple[str, int, str], float] = OrderedDict()
         """(job, round, device) of recent assignments: only those devices may upload a
         result for that round."""
@@ -211,11 +227,23 @@ class Gateway:
             **s.kafka_options,
         )
         await self.producer.start()
+        if self.jobs_credentials is not None:
+            self.jobs_producer = AIOKafkaProducer(
+                bootstrap_servers=s.broker,
+                client_id=f"{client}-jobs",
+                acks="all",
+                **client_options(self.jobs_credentials),
+            )
+            await self.jobs_producer.start()
+        elif not s.kafka_user:
+            self.jobs_producer = self.producer
         self.stream = EventStream(
             KafkaRecords(self.consumer),
             KafkaEvents(self.producer),
             self._owns,
             max_bytes=s.max_event_bytes,
+            # The views fold only job events their token allowed, as the scheduler does.
+            check=authorized(self.tokens),
             stats=StreamStats(
                 skipped=self.stats.skipped_records, dead_letters=self.stats.dead_letter_reasons
             ),
@@ -273,6 +301,9 @@ class Gateway:
         if self.consumer is not None:
             await self.consumer.stop()
             self.consumer = None
+        if self.jobs_producer is not None and self.jobs_producer is not self.producer:
+            await self.jobs_producer.stop()
+        self.jobs_producer = None
         if self.producer is not None:
             await self.producer.stop()
             self.producer = None
@@ -311,7 +342,7 @@ class Gateway:
             self._on_declined(event)
         elif isinstance(event, ev.TokenRevoked):
             if self.tokens is not None:
-                self.tokens.revocations.revoke(event.token_id, event.expires_at)
+                self.tokens.revocations.revoke(event.token_id, event.time)
         else:
             for assignment in ev.assignments_of(event):
                 self._on_assignment(assignment)
