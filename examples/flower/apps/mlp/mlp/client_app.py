@@ -3,7 +3,7 @@ from flwr.clientapp import ClientApp
 
 from mlp.task import MODEL
 from venn.integrations.flower import answer_venn_queries, venn_mod
-from venn.integrations.flower.testbed import experiment
+from venn.integrations.flower.testbed import client as experiment
 
 app = ClientApp(mods=[venn_mod])
 answer_venn_queries(app)

@@ -2,7 +2,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from mlp.task import MODEL
-from venn.integrations.flower.testbed.experiment import serve
+from venn.integrations.flower.testbed.server import serve
 
 app = ServerApp()
 

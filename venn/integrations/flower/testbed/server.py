@@ -1,11 +1,7 @@
-"""The experiment both example apps run, around the model each app brings.
-
-ServerApp side (`serve`): FedAvg over the nodes Venn assigns (run config
-``scheduler = "venn"``) or over nodes Flower samples at random from every node
+"""The ServerApp side of the example apps' experiment: FedAvg over the nodes Venn assigns
+(run config ``scheduler = "venn"``) or over nodes Flower samples at random from every node
 (``"flower"``), centralized accuracy on a held-out set after every round, and a
-`RunReport` in ``report-dir`` at the end. ClientApp side (`train`, `evaluate`): the node
-makes its data from its seed, trains or evaluates, spends its emulated device time, and
-returns the task's timing with the result.
+`RunReport` in ``report-dir`` at the end.
 
 Run config keys (each app's pyproject.toml gives defaults): num-rounds, demand, min-nodes,
 evaluate-demand, requirement ("cpu_f=4,ram=8"), scheduler, samples, local-epochs, lr,
@@ -17,54 +13,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from venn.integrations.flower.connect import client_for, job_id_for
 from venn.integrations.flower.session import VennJob, VennSession
 from venn.integrations.flower.strategy import VennStrategy
-from venn.integrations.flower.testbed.data import Teacher, node_split, sample
-from venn.integrations.flower.testbed.node import (
-    check_eligible,
-    device_time,
-    node_busy,
-    parse_requirement,
-)
+from venn.integrations.flower.testbed.data import sample
+from venn.integrations.flower.testbed.model import TASK_RECORD, Model
+from venn.integrations.flower.testbed.model import config_int as _int
+from venn.integrations.flower.testbed.node import parse_requirement
 from venn.integrations.flower.testbed.report import RunReport, Task, VennRound
 
-TASK_RECORD = "task"
 TEST_EXAMPLES = 2000
-
-
-class Model(Protocol):
-    """What an app brings: a task (its teacher) and a numpy model."""
-
-    dim: int
-    classes: int
-
-    def teacher(self, task_seed: int) -> Teacher: ...
-
-    def init(self, seed: int) -> list[np.ndarray]: ...
-
-    def fit(
-        self,
-        params: list[np.ndarray],
-        x: np.ndarray,
-        y: np.ndarray,
-        epochs: int,
-        lr: float,
-        rng: np.random.Generator,
-    ) -> list[np.ndarray]: ...
-
-    def accuracy(self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> float: ...
-
-
-def _int(config: dict[str, Any], key: str) -> int:
-    return int(config[key])
 
 
 class RecordingFedAvg(FedAvg):
@@ -190,65 +155,3 @@ def serve(grid: Grid, context: Context, model: Model) -> RunReport:
         out.mkdir(parents=True, exist_ok=True)
         report.write(out / f"{report.name}.json")
     return report
-
-
-def _node_data(context: Context, model: Model) -> tuple[np.ndarray, np.ndarray, int]:
-    cfg = context.run_config
-    seed = int(context.node_config.get("seed", 0))  # type: ignore[arg-type]
-    task_seed = _int(dict(cfg), "task-seed")
-    x, y = node_split(
-        model.teacher(task_seed),
-        model.dim,
-        model.classes,
-        _int(dict(cfg), "samples"),
-        seed=seed * 1_000_003 + task_seed,
-    )
-    return x, y, seed
-
-
-def _task(context: Context, start: float) -> ConfigRecord:
-    device = check_eligible(context.node_config, "").device_id
-    return ConfigRecord({"device-id": device, "start": start, "end": time.time()})
-
-
-def train(message: Message, context: Context, model: Model) -> Message:
-    """The ClientApp's train handler (refuses, as an error, a node that lacks the run's
-    requirement: only Flower's own sampling ever sends it one)."""
-    start = time.time()
-    cfg = dict(context.run_config)
-    check_eligible(context.node_config, str(cfg["requirement"]))
-    with node_busy(context.node_config):
-        x, y, seed = _node_data(context, model)
-        params = message.content.array_records["arrays"].to_numpy_ndarrays()
-        epochs = _int(cfg, "local-epochs")
-        server_round = message.content.config_records["config"]["server-round"]
-        rng = np.random.default_rng([seed, int(server_round)])  # type: ignore[arg-type]
-        params = model.fit(params, x, y, epochs, float(cfg["lr"]), rng)
-        device_time(context.node_config, len(y) * epochs)
-        content = RecordDict(
-            {
-                "arrays": ArrayRecord(params),
-                "metrics": MetricRecord({"num-examples": len(y)}),
-                TASK_RECORD: _task(context, start),
-            }
-        )
-    return Message(content, reply_to=message)
-
-
-def evaluate(message: Message, context: Context, model: Model) -> Message:
-    """The ClientApp's evaluate handler: accuracy on the node's own data."""
-    start = time.time()
-    cfg = dict(context.run_config)
-    check_eligible(context.node_config, str(cfg["requirement"]))
-    with node_busy(context.node_config):
-        x, y, _ = _node_data(context, model)
-        params = message.content.array_records["arrays"].to_numpy_ndarrays()
-        acc = model.accuracy(params, x, y)
-        device_time(context.node_config, len(y) // 4)
-        content = RecordDict(
-            {
-                "metrics": MetricRecord({"num-examples": len(y), "accuracy": acc}),
-                TASK_RECORD: _task(context, start),
-            }
-        )
-    return Message(content, reply_to=message)
