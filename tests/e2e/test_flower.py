@@ -49,7 +49,7 @@ RUNS = {
     "a": ("logreg", "cpu_f=2"),
     "b": ("mlp", "ram=8"),
 }
-COMMON = {"num-rounds": 3, "demand": 2, "samples": 100, "local-epochs": 5, "wait-s": 60.0}
+COMMON = {"num-rounds": 2, "demand": 2, "samples": 100, "wait-s": 60.0}
 
 
 @dataclass

@@ -79,6 +79,7 @@ class FlowerTestbed:
     server_env: Mapping[str, str] = field(default_factory=dict)
     """Environment of the SuperLink, hence of every ServerApp (VENN_* for the SDK)."""
     checkin_interval_s: float = 1.0
+    task_poll_s: float = 0.2
     superlink_port: int = 0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -91,7 +92,14 @@ class FlowerTestbed:
         return self.root / "reports"
 
     def _env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        env = {**os.environ, "FLWR_HOME": str(self.home), **(extra or {})}
+        env = {
+            **os.environ,
+            "FLWR_HOME": str(self.home),
+            # Flower's SuperExec looks for new ServerApp/ClientApp tasks every second by
+            # default; every arm of the benchmark runs with the same, shorter poll.
+            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(self.task_poll_s),
+            **(extra or {}),
+        }
         # Flower starts flower-superexec, flwr-serverapp and flwr-clientapp from PATH.
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         return env
