@@ -38,13 +38,15 @@ from venn.integrations.flower.testbed.report import tasks_overlapping  # noqa: E
 from venn.integrations.flower.testbed.scenario import ARMS, RUNS, ArmResult, run_arm  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "flower.json"
+"""--work-scale S writes flower-xS.json beside it."""
 
 
-def summary(result: ArmResult, repeat: int) -> dict[str, object]:
+def summary(result: ArmResult, repeat: int, work_scale: float) -> dict[str, object]:
     tasks = sum(len(r.tasks) for r in result.reports)
     return {
         "arm": result.arm,
         "repeat": repeat,
+        "work_scale": work_scale,
         "avg_completion_s": round(result.avg_completion_s, 1),
         "wall_s": round(result.wall_s, 1),
         "startup_s": round(result.startup_s, 1),
@@ -60,6 +62,11 @@ def summary(result: ArmResult, repeat: int) -> dict[str, object]:
                 "failed": r.failed_replies,
                 "venn_wait_s": round(
                     sum(v.started_at - v.opened_at for v in r.venn_rounds if v.replied), 1
+                ),
+                # ServerApp start to its first Venn round: mostly the node directory's
+                # query.venn round trip.
+                "before_first_round_s": round(
+                    min((v.opened_at for v in r.venn_rounds), default=r.started) - r.started, 1
                 ),
             }
             for r in result.reports
@@ -102,15 +109,20 @@ def main() -> int:
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--work-scale", type=float, default=1.0, help="x every node's emulated compute time"
+    )
     args = parser.parse_args()
+    if args.out == OUT and args.work_scale != 1.0:
+        args.out = OUT.with_name(f"flower-x{args.work_scale:g}.json")
     arms = [a for a in args.arms.split(",") if a]
     rows: list[dict[str, object]] = []
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="flower-bench-") as tmp:
         for repeat in range(args.repeats):
             for arm in arms:  # interleaved, so a change of machine load hits every arm
-                result = run_arm(arm, Path(tmp) / f"{arm}-{repeat}")
-                rows.append(summary(result, repeat))
+                result = run_arm(arm, Path(tmp) / f"{arm}-{repeat}", work_scale=args.work_scale)
+                rows.append(summary(result, repeat, args.work_scale))
                 print(json.dumps(rows[-1]), flush=True)
     load = os.getloadavg()
     meta = {

@@ -98,12 +98,15 @@ def run_arm(
     root: Path,
     runs: Sequence[RunSpec] = RUNS,
     nodes: Sequence[NodeSpec] = NODES,
-    timeout_s: float = 900.0,
+    timeout_s: float = 1800.0,
     say: Callable[[str], None] = print,
+    work_scale: float = 1.0,
 ) -> ArmResult:
-    """Start what the arm needs, submit every run at once, wait for their reports."""
+    """Start what the arm needs, submit every run at once, wait for their reports.
+    ``work_scale`` multiplies every node's emulated compute time."""
     if arm not in ARMS:
         raise ValueError(f"arm {arm!r}: one of {', '.join(ARMS)}")
+    nodes = [dataclasses.replace(n, speed_ms=n.speed_ms * work_scale) for n in nodes]
     from venn.stack.local import down, up
 
     shutil.rmtree(root, ignore_errors=True)
