@@ -176,22 +176,23 @@ def report(name: str, tasks: list[Task], rounds: list[VennRound] | None = None) 
 
 
 def test_reports_show_where_a_node_served_two_runs_at_once() -> None:
-    a = report("a", [Task("d1", 1, "train", 0.0, 2.0), Task("d2", 1, "train", 0.0, 2.0)])
-    b = report("b", [Task("d1", 1, "train", 1.5, 3.0), Task("d2", 1, "train", 2.0, 3.0)])
+    # d1: b's message reached d1 while it worked for a, and waited (Flower's SuperNode
+    # takes one message at a time): a shared node although the work never overlapped.
+    a = report("a", [Task("d1", 1, "train", 0.0, 0.0, 2.0), Task("d2", 1, "train", 0, 0, 2)])
+    b = report("b", [Task("d1", 1, "train", 1.5, 2.0, 3.0), Task("d2", 1, "train", 2, 2, 3)])
     found = overlaps([a, b])
     assert [(o.device, o.runs) for o in found] == [("d1", ("a", "b"))]
     assert found[0].seconds == pytest.approx(0.5)
     assert tasks_overlapping([a, b]) == 2
     # Two tasks of one run on one node (train, then evaluate) are no overlap.
-    assert (
-        overlaps([report("c", [Task("d1", 1, "train", 0, 2), Task("d1", 1, "evaluate", 1, 3)])])
-        == []
-    )
+    same_run = [Task("d1", 1, "train", 0, 0, 2), Task("d1", 1, "evaluate", 1, 1, 3)]
+    assert overlaps([report("c", same_run)]) == []
 
 
 def test_reports_show_work_venn_had_not_assigned() -> None:
     rounds = [VennRound("train", 1, 0, ["d1", "d2"], ["d1"], "succeeded", 0.0, 1.0, 2.0)]
-    good = report("a", [Task("d1", 1, "train", 1, 2)], rounds)
+    good = report("a", [Task("d1", 1, "train", 1, 1, 2)], rounds)
     assert unassigned_work(good) == []
-    stray = report("a", [Task("d3", 1, "train", 1, 2), Task("d1", 2, "train", 3, 4)], rounds)
+    tasks = [Task("d3", 1, "train", 1, 1, 2), Task("d1", 2, "train", 3, 3, 4)]
+    stray = report("a", tasks, rounds)
     assert unassigned_work(stray) == [(1, "d3"), (2, "d1")]

@@ -12,7 +12,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from venn.integrations.flower.testbed.data import node_split
 from venn.integrations.flower.testbed.model import TASK_RECORD, Model
 from venn.integrations.flower.testbed.model import config_int as _int
-from venn.integrations.flower.testbed.node import check_eligible, device_time, node_busy
+from venn.integrations.flower.testbed.node import check_eligible, device_time
 
 
 def _node_data(context: Context, model: Model) -> tuple[np.ndarray, np.ndarray, int]:
@@ -40,21 +40,20 @@ def train(message: Message, context: Context, model: Model) -> Message:
     start = time.time()
     cfg = dict(context.run_config)
     check_eligible(context.node_config, str(cfg["requirement"]))
-    with node_busy(context.node_config):
-        x, y, seed = _node_data(context, model)
-        params = message.content.array_records["arrays"].to_numpy_ndarrays()
-        epochs = _int(cfg, "local-epochs")
-        server_round = message.content.config_records["config"]["server-round"]
-        rng = np.random.default_rng([seed, int(server_round)])  # type: ignore[arg-type]
-        params = model.fit(params, x, y, epochs, float(cfg["lr"]), rng)
-        device_time(context.node_config, len(y) * epochs)
-        content = RecordDict(
-            {
-                "arrays": ArrayRecord(params),
-                "metrics": MetricRecord({"num-examples": len(y)}),
-                TASK_RECORD: _task(context, start),
-            }
-        )
+    x, y, seed = _node_data(context, model)
+    params = message.content.array_records["arrays"].to_numpy_ndarrays()
+    epochs = _int(cfg, "local-epochs")
+    server_round = message.content.config_records["config"]["server-round"]
+    rng = np.random.default_rng([seed, int(server_round)])  # type: ignore[arg-type]
+    params = model.fit(params, x, y, epochs, float(cfg["lr"]), rng)
+    device_time(context.node_config, len(y) * epochs)
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord(params),
+            "metrics": MetricRecord({"num-examples": len(y)}),
+            TASK_RECORD: _task(context, start),
+        }
+    )
     return Message(content, reply_to=message)
 
 
@@ -63,15 +62,14 @@ def evaluate(message: Message, context: Context, model: Model) -> Message:
     start = time.time()
     cfg = dict(context.run_config)
     check_eligible(context.node_config, str(cfg["requirement"]))
-    with node_busy(context.node_config):
-        x, y, _ = _node_data(context, model)
-        params = message.content.array_records["arrays"].to_numpy_ndarrays()
-        acc = model.accuracy(params, x, y)
-        device_time(context.node_config, len(y) // 4)
-        content = RecordDict(
-            {
-                "metrics": MetricRecord({"num-examples": len(y), "accuracy": acc}),
-                TASK_RECORD: _task(context, start),
-            }
-        )
+    x, y, _ = _node_data(context, model)
+    params = message.content.array_records["arrays"].to_numpy_ndarrays()
+    acc = model.accuracy(params, x, y)
+    device_time(context.node_config, len(y) // 4)
+    content = RecordDict(
+        {
+            "metrics": MetricRecord({"num-examples": len(y), "accuracy": acc}),
+            TASK_RECORD: _task(context, start),
+        }
+    )
     return Message(content, reply_to=message)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from venn.broker.process import free_port, wait_listening
-from venn.integrations.flower.testbed.node import WORK_DIR_KEY
 from venn.integrations.flower.testbed.report import RunReport
 
 CONNECTION = "testbed"
@@ -42,12 +41,10 @@ class NodeSpec:
     speed_ms: float
     seed: int
 
-    def node_config(self, work_dir: Path) -> str:
+    def node_config(self) -> str:
         attrs = " ".join(f"attr.{k}={float(v)!r}" for k, v in self.attrs.items())
-        return (
-            f"device-id='{self.device_id}' {attrs} speed-ms={float(self.speed_ms)!r} "
-            f"seed={self.seed} {WORK_DIR_KEY}='{work_dir}'"
-        )
+        speed = float(self.speed_ms)
+        return f"device-id='{self.device_id}' {attrs} speed-ms={speed!r} seed={self.seed}"
 
 
 def _toml_value(value: object) -> str:
@@ -144,7 +141,6 @@ class FlowerTestbed:
         )
         if not wait_listening("127.0.0.1", self.superlink_port, timeout):
             raise RuntimeError(f"the SuperLink does not listen; see {self.root}/superlink.log")
-        work = self.root / "nodes"
         for node in self.nodes:
             flower = [
                 "--insecure",
@@ -153,7 +149,7 @@ class FlowerTestbed:
                 "--port",
                 str(free_port()),
                 "--node-config",
-                node.node_config(work),
+                node.node_config(),
             ]
             if self.gateway is None:
                 command = [_bin("flower-supernode"), *flower]

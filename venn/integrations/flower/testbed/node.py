@@ -1,25 +1,20 @@
-"""What the example ClientApps emulate of a node: its compute time, and that it can run one
-task at a time.
+"""What the example ClientApps emulate of a node: its compute time (``samples x speed-ms``
+of device time on top of the real numpy training), and that a node lacking a run's
+requirement cannot run its task.
 
-A node's work takes ``samples x speed-ms`` of emulated device time on top of the real
-numpy training, spent holding the node's lock (a file in its ``work-dir``): two tasks on
-one node, of two runs, queue up for it as they would share one device's processor. So a
-node serving two runs at once slows both, which is what a scheduler should avoid.
+That a node works for one run at a time needs no emulation: flwr 1.42's SuperNode takes
+one message at a time (`supernode/start_client_internal.py`, `_push_messages`), so a
+second run's message waits until the node is done with the first's.
 """
 
 from __future__ import annotations
 
-import fcntl
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from venn.core.model import Requirement
 from venn.integrations.flower.profile import NodeProfile
-
-WORK_DIR_KEY = "work-dir"
 
 
 def parse_requirement(text: str) -> Requirement:
@@ -40,20 +35,6 @@ def check_eligible(node_config: Mapping[str, Any], requirement: str) -> NodeProf
     if not wanted.admits(profile.attrs):
         raise Ineligible(f"{profile.device_id} does not meet {wanted}")
     return profile
-
-
-@contextmanager
-def node_busy(node_config: Mapping[str, Any]) -> Iterator[None]:
-    """Hold the node's lock (tasks of one node run one at a time)."""
-    profile = NodeProfile.from_node_config(node_config)
-    work = Path(str(node_config.get(WORK_DIR_KEY) or "/tmp"))
-    work.mkdir(parents=True, exist_ok=True)
-    with open(work / f"{profile.device_id}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def device_time(node_config: Mapping[str, Any], samples: int) -> None:

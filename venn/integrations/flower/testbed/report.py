@@ -15,11 +15,20 @@ import msgspec
 
 @dataclass(frozen=True)
 class Task:
-    """One message a node worked on, as the node itself timed it (wall clock)."""
+    """One message a node worked on: when the ServerApp sent it, and when the node began
+    and ended the work, as the node timed it (wall clock).
+
+    A node holds a run from ``sent`` to ``end``. flwr 1.42's SuperNode handles one message
+    at a time (`supernode/start_client_internal.py`, `_push_messages` waits for the reply
+    before the next pull), so two runs never compute on a node at the same instant: a node
+    shared by two runs shows as one run's message waiting while the node works for the
+    other, which these intervals catch.
+    """
 
     device: str
     server_round: int
     phase: str
+    sent: float
     start: float
     end: float
 
@@ -77,27 +86,29 @@ class Overlap:
 
 
 def overlaps(reports: list[RunReport]) -> list[Overlap]:
-    """Every pair of tasks of two different runs that one node worked on at once."""
+    """Every pair of tasks of two different runs that one node held at once (sent to
+    ended)."""
     found = []
     tagged = [(r.name, t) for r in reports for t in r.tasks]
     for i, (run_a, a) in enumerate(tagged):
         for run_b, b in tagged[i + 1 :]:
             if run_a == run_b or a.device != b.device:
                 continue
-            both = min(a.end, b.end) - max(a.start, b.start)
+            both = min(a.end, b.end) - max(a.sent, b.sent)
             if both > 0:
                 found.append(Overlap(a.device, (run_a, run_b), both))
     return found
 
 
 def tasks_overlapping(reports: list[RunReport]) -> int:
-    """How many tasks shared their node with a task of another run for some time."""
+    """How many tasks shared their node with a task of another run for some time (sent
+    to ended)."""
     hit: set[int] = set()
     tagged = [(r.name, t) for r in reports for t in r.tasks]
     for i, (run_a, a) in enumerate(tagged):
         for j, (run_b, b) in enumerate(tagged):
             same_node = i < j and run_a != run_b and a.device == b.device
-            if same_node and min(a.end, b.end) > max(a.start, b.start):
+            if same_node and min(a.end, b.end) > max(a.sent, b.sent):
                 hit.update((i, j))
     return len(hit)
 

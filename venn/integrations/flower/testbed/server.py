@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Context, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
@@ -39,6 +39,22 @@ class RecordingFedAvg(FedAvg):
         super().__init__(**kwargs)
         self.tasks: list[Task] = []
         self.failed_replies = 0
+        self.sent: dict[tuple[str, int], float] = {}
+        """(phase, server round) -> when its messages were built (and then sent)."""
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        messages = super().configure_train(server_round, arrays, config, grid)
+        self.sent["train", server_round] = time.time()
+        return messages
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        messages = super().configure_evaluate(server_round, arrays, config, grid)
+        self.sent["evaluate", server_round] = time.time()
+        return messages
 
     def _record(self, server_round: int, phase: str, replies: list[Message]) -> None:
         for reply in replies:
@@ -47,12 +63,14 @@ class RecordingFedAvg(FedAvg):
                 continue
             task = reply.content.config_records.get(TASK_RECORD)
             if task is not None:
+                start = float(task["start"])  # type: ignore[arg-type]
                 self.tasks.append(
                     Task(
                         str(task["device-id"]),
                         server_round,
                         phase,
-                        float(task["start"]),  # type: ignore[arg-type]
+                        self.sent.get((phase, server_round), start),
+                        start,
                         float(task["end"]),  # type: ignore[arg-type]
                     )
                 )
