@@ -151,7 +151,11 @@ def test_a_strategy_that_waits_for_more_nodes_than_a_round_may_have_is_refused()
     session = VennSession(VennClient("127.0.0.1:1"), job)
     with pytest.raises(ValueError, match="waits for 3 nodes"):
         VennStrategy(FedAvg(min_available_nodes=3), session)
-    VennStrategy(FedAvg(min_available_nodes=2, min_train_nodes=2, min_evaluate_nodes=1), session)
+    # No federated evaluation in the job: FedAvg's min_evaluate_nodes never applies.
+    VennStrategy(FedAvg(min_available_nodes=2, min_train_nodes=2, min_evaluate_nodes=5), session)
+    evaluating = VennSession(session.client, VennJob("j", {}, 3, min_nodes=2, evaluate_demand=2))
+    with pytest.raises(ValueError, match="waits for 5 nodes"):
+        VennStrategy(FedAvg(min_available_nodes=2, min_evaluate_nodes=5), evaluating)
 
 
 def test_a_job_counts_a_venn_round_per_phase_that_needs_nodes() -> None:

@@ -54,10 +54,13 @@ class TooFewNodes(RuntimeError):
     """A round got fewer than ``min_nodes`` usable nodes in every attempt allowed."""
 
 
-def _minimums(strategy: Strategy) -> int:
-    """The fewest nodes the wrapped strategy insists on seeing (FedAvg and its kin wait
-    forever for ``min_available_nodes``, ``min_train_nodes`` and ``min_evaluate_nodes``)."""
-    names = ("min_available_nodes", "min_train_nodes", "min_evaluate_nodes")
+def _minimums(strategy: Strategy, job: VennJob) -> int:
+    """The fewest nodes the wrapped strategy insists on seeing in a round (FedAvg and its
+    kin wait forever for ``min_available_nodes`` and ``min_train_nodes``, and for
+    ``min_evaluate_nodes`` when there is federated evaluation)."""
+    names = ["min_available_nodes", "min_train_nodes"]
+    if job.evaluate_demand:
+        names.append("min_evaluate_nodes")
     found = [getattr(strategy, n) for n in names if isinstance(getattr(strategy, n, None), int)]
     return max(found, default=0)
 
@@ -74,7 +77,7 @@ class VennStrategy(Strategy):
         max_attempts: int = 10,
         on_round: Callable[[RoundRecord], None] | None = None,
     ) -> None:
-        need = _minimums(strategy)
+        need = _minimums(strategy, session.job)
         if need > session.job.min_nodes:
             raise ValueError(
                 f"the wrapped strategy waits for {need} nodes but a Venn round may start "
