@@ -46,7 +46,7 @@ def show(result: ArmResult) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arm", choices=ARMS, default="venn")
     parser.add_argument("--dir", help="keep logs and reports here (default: a temp dir)")
     args = parser.parse_args(argv)
