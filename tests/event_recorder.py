@@ -32,9 +32,9 @@ WAIT_S = 20.0
 
 @dataclass(frozen=True, slots=True)
 class Recorded(Record):
-    event: ev.Event | None
+    event: ev.Event | None = None
     """None when the value is not an event this topic may carry."""
-    seen_at: float
+    seen_at: float = 0.0
     """Wall-clock time (``time.time()``) the recorder read it."""
 
 
@@ -97,9 +97,9 @@ class EventRecorder:
                     event: ev.Event | None = ev.decode(r.value, allowed_on(r.topic), self.max_bytes)
                 except ev.InvalidEvent:
                     event = None
-                self.records.append(
-                    Recorded(r.topic, r.partition, r.offset, r.key, r.value, event, now)
-                )
+                record = (r.topic, r.partition, r.offset, r.key, r.value)
+                stamp = (r.timestamp, r.timestamp_type)
+                self.records.append(Recorded(*record, *stamp, event=event, seen_at=now))
 
     # -- what was published ------------------------------------------------------------
     def on(

@@ -261,11 +261,13 @@ class LeaseMessage(Event, tag="lease_message", frozen=True):
 
 
 class TokenRevoked(Event, tag="token_revoked", frozen=True):
-    """An API token that must no longer be accepted. Topic venn.revocations, key token_id."""
+    """An API token that must no longer be accepted from ``time`` on (the revoker's clock;
+    only the admin principal writes venn.revocations). Topic venn.revocations, key
+    token_id."""
 
     token_id: EventId
     expires_at: Timestamp
-    """When the token would have expired: the revocation may be forgotten after it."""
+    """When the token would have expired anyway."""
     reason: Text
 
 

@@ -7,7 +7,10 @@ venn.rounds (`venn.core.lifecycle`) into each job's position (registered? rounds
 the next attempt index, the open attempt) and reads the open attempt's assignments and
 results from venn.assignments and venn.results, from the time it was requested on.
 Everything is read up to the end offsets seen after the coordinator's own client started
-listening, so nothing falls between the two.
+listening, so nothing falls between the two. Job events count only if their token allowed
+them when they were produced (`venn.broker.stream.authorized`, the rule every reader of
+job events applies): a close, finish or cancel forged by another principal does not move a
+job.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from venn import events as ev
 from venn.broker import topics
+from venn.broker.stream import Check, Unusable, record_of
 from venn.core.lifecycle import JobBook, JobLife
 
 LOOKBACK_S = 60.0
@@ -38,9 +42,10 @@ async def _read(
     consumer: AIOKafkaConsumer,
     starts: dict[TopicPartition, int],
     ends: dict[TopicPartition, int],
+    check: Check | None = None,
 ) -> Iterable[ev.Event]:
-    """Every valid event of ``[starts, ends)`` per partition (malformed ones skipped: their
-    owner dead-letters them)."""
+    """Every valid event of ``[starts, ends)`` per partition that passes ``check`` (the others
+    skipped: their owner dead-letters them)."""
     todo = {tp: end for tp, end in ends.items() if starts.get(tp, 0) < end}
     if not todo:
         return []
@@ -57,9 +62,12 @@ async def _read(
                 if record.offset >= todo.get(tp, 0):
                     continue
                 try:
-                    out.append(ev.decode(record.value, allowed, 1 << 20))
-                except ev.InvalidEvent:
+                    event = ev.decode(record.value, allowed, 1 << 20)
+                    if check is not None:
+                        check(event, record_of(record))
+                except (ev.InvalidEvent, Unusable):
                     continue
+                out.append(event)
         for tp in list(todo):
             if await consumer.position(tp) >= todo[tp]:
                 del todo[tp]
@@ -76,9 +84,13 @@ async def _partitions(consumer: AIOKafkaConsumer, names: Iterable[str]) -> list[
 
 
 async def read_positions(
-    bootstrap: str, job_ids: Collection[str], options: Mapping[str, Any] | None = None
+    bootstrap: str,
+    job_ids: Collection[str],
+    options: Mapping[str, Any] | None = None,
+    check: Check | None = None,
 ) -> dict[str, Position]:
-    """The position of each job of ``job_ids`` as the log has it now."""
+    """The position of each job of ``job_ids`` as the log has it now, from the job events
+    that pass ``check`` (`venn.broker.stream.authorized`; None: no authentication)."""
     wanted = set(job_ids)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -92,7 +104,7 @@ async def read_positions(
         lives = await _partitions(consumer, (topics.JOBS, topics.ROUNDS))
         ends = await consumer.end_offsets(lives)
         book = JobBook()
-        for event in await _read(consumer, {}, ends):
+        for event in await _read(consumer, {}, ends, check):
             if getattr(event, "job_id", None) in wanted:
                 book.apply(event)
         positions = {job_id: Position(book.get(job_id)) for job_id in wanted}

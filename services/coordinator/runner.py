@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 
 from services.coordinator.ledger import RoundLedger
 from services.coordinator.resume import Position, read_positions
-from venn.auth.local import job_token
+from venn.auth.local import job_token, verifier
+from venn.broker.stream import authorized
 from venn.core.lifecycle import JobLife
 from venn.core.model import JobSpec
 from venn.core.round_tally import RoundTally
@@ -110,6 +111,8 @@ class JobCoordinator:
             if ledger is not None and ledger.tally.on_assignment(a, self.clock.now()):
                 self.progress.assignments_total += 1
                 self._report()
+                if ledger.succeeded:  # a result that came before its assignment now counts
+                    self._changed.set()
 
     async def _follow_results(self) -> None:
         async for r in self.client.results(self.spec.job_id):
@@ -283,7 +286,13 @@ async def run_coordinator(
         heartbeat_s=settings.job_heartbeat_s,
     ) as client:
         # After the client listens: whatever the log gets from now on reaches the client.
-        positions = await read_positions(settings.broker, [spec.job_id for spec in jobs], options)
+        check = authorized(verifier(settings, token))
+        positions = await read_positions(
+            settings.broker, [spec.job_id for spec in jobs], options, check
+        )
+        for job_id, position in positions.items():
+            # The client hands on only results of assignments it saw: these it did not.
+            client.adopt_assignments(job_id, position.assignments)
         coordinators = [JobCoordinator(client, spec, clock, on_progress) for spec in jobs]
         outcomes = await asyncio.gather(
             *(c.run(stop_event, positions.get(c.spec.job_id), cancel_on_stop) for c in coordinators)

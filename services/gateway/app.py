@@ -56,7 +56,15 @@ from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
 from venn.broker.publish import KafkaEvents
-from venn.broker.stream import EventStream, KafkaRecords, Record, StreamStats, owned_by
+from venn.broker.security import client_options
+from venn.broker.stream import (
+    EventStream,
+    KafkaRecords,
+    Record,
+    StreamStats,
+    authorized,
+    owned_by,
+)
 from venn.broker.topics import ensure_topics
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
 from venn.settings import Settings
@@ -162,6 +170,9 @@ class Gateway:
         self.pending_by_device: dict[str, str] = {}
         self.answered: OrderedDict[str, None] = OrderedDict()
         self.producer: AIOKafkaProducer | None = None
+        self.jobs_producer: AIOKafkaProducer | None = None
+        """The job API's writes to venn.jobs: as the ``jobs`` principal where Kafka has
+        SASL (`GatewayConfig.jobs_credentials`; None without them), else the producer."""
         self.consumer: AIOKafkaConsumer | None = None
         self.stream: EventStream | None = None
         self.batcher: CheckinBatcher | None = None
@@ -212,11 +223,23 @@ class Gateway:
             **s.kafka_options,
         )
         await self.producer.start()
+        if self.config.jobs_credentials is not None:
+            self.jobs_producer = AIOKafkaProducer(
+                bootstrap_servers=s.broker,
+                client_id=f"{client}-jobs",
+                acks="all",
+                **client_options(self.config.jobs_credentials),
+            )
+            await self.jobs_producer.start()
+        elif not s.kafka_user:
+            self.jobs_producer = self.producer
         self.stream = EventStream(
             KafkaRecords(self.consumer),
             KafkaEvents(self.producer),
             self._owns,
             max_bytes=s.max_event_bytes,
+            # The views fold only job events their token allowed, as the scheduler does.
+            check=authorized(self.tokens),
             stats=StreamStats(
                 skipped=self.stats.skipped_records, dead_letters=self.stats.dead_letter_reasons
             ),
@@ -274,6 +297,9 @@ class Gateway:
         if self.consumer is not None:
             await self.consumer.stop()
             self.consumer = None
+        if self.jobs_producer is not None and self.jobs_producer is not self.producer:
+            await self.jobs_producer.stop()
+        self.jobs_producer = None
         if self.producer is not None:
             await self.producer.stop()
             self.producer = None
@@ -312,7 +338,7 @@ class Gateway:
             self._on_declined(event)
         elif isinstance(event, ev.TokenRevoked):
             if self.tokens is not None:
-                self.tokens.revocations.revoke(event.token_id, event.expires_at)
+                self.tokens.revocations.revoke(event.token_id, event.time)
         else:
             for assignment in ev.assignments_of(event):
                 self._on_assignment(assignment)

@@ -3,10 +3,12 @@ VENN_GATEWAY_*), with the reasons behind the defaults."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from venn.settings import Settings
+from venn.broker.security import JOBS, Credentials, password_variable
+from venn.settings import Settings, run_dir_kafka_users
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +53,21 @@ class GatewayConfig:
     batch_max: int = 128
     """Most check-ins in one CheckinBatch; a batch also stays under the event size limit."""
 
+    jobs_credentials: Credentials | None = None
+    """The job API's own Kafka principal (`venn.broker.security.JOBS`), the only one that
+    writes venn.jobs: from VENN_KAFKA_PASSWORD_JOBS or the run dir's users. None where Kafka
+    has no SASL (the gateway's producer writes them), or where this gateway serves devices
+    only (its job API then refuses submissions and cancels: 503)."""
+
     @classmethod
     def from_env(
         cls, settings: Settings | None = None, environ: Mapping[str, str] | None = None
     ) -> GatewayConfig:
         s = (settings or Settings.from_env(environ)).for_role("gateway")
+        env = os.environ if environ is None else environ
+        jobs = env.get(password_variable(JOBS)) or run_dir_kafka_users(s.run_dir).get(JOBS)
         return cls(
+            jobs_credentials=Credentials(JOBS, jobs) if s.kafka_user and jobs else None,
             settings=s,
             host=s.gateway_host,
             port=s.gateway_port,

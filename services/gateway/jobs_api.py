@@ -115,7 +115,14 @@ class JobsApi:
 
     # -- writes ------------------------------------------------------------------------
     async def _publish(self, event: ev.Event) -> None:
-        producer = self.gw.producer
+        if self.gw.producer is not None and self.gw.jobs_producer is None:
+            raise ApiError(
+                503,
+                "no_jobs_principal",
+                "this gateway serves devices only: it has no credentials of the jobs principal"
+                " (VENN_KAFKA_PASSWORD_JOBS), the only one that writes venn.jobs",
+            )
+        producer = self.gw.jobs_producer
         if producer is None or not self.gw.broker.available:
             raise ApiError(429, "broker_unavailable", "the broker does not answer; retry")
         try:

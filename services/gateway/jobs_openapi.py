@@ -35,6 +35,10 @@ NOT_READY = _error(
     "The gateway's job view is still catching up, or the broker does not answer "
     "(`view_not_ready`, `broker_unavailable`): retry after Retry-After seconds."
 )
+NO_JOBS_PRINCIPAL = _error(
+    "This gateway serves devices only: it has no credentials of the Kafka principal that "
+    "writes venn.jobs (`no_jobs_principal`)."
+)
 
 
 def job_schemas() -> dict[str, Json]:
@@ -152,6 +156,7 @@ def add_job_api(doc: Json, auth: bool) -> None:
         "413": _error("The body is too large (`too_large`)."),
         "422": _error("A field missing, unknown, of the wrong type or out of range."),
         "429": NOT_READY,
+        "503": NO_JOBS_PRINCIPAL,
     }
     if auth:
         submit_responses["401"] = unauthorized
@@ -201,6 +206,7 @@ def add_job_api(doc: Json, auth: bool) -> None:
                 "404": _error("No such job (`unknown_job`)."),
                 "409": _error("The job ended already (`job_ended`)."),
                 "429": NOT_READY,
+                "503": NO_JOBS_PRINCIPAL,
             },
             parameters=[JOB_ID],
         ),

@@ -17,28 +17,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from venn.audit import job_rows_from_events, make_engine, record_jobs, record_rounds, round_row
 from venn.audit.writes import conflicting_closes, history_row, record_history
-from venn.auth import AuthError, Tokens, check_job_event
+from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import topics
+from venn.broker.ledger import OffsetLedger
 from venn.broker.publish import KafkaEvents
 from venn.broker.stream import (
     UNAUTHORIZED,
+    Batch,
     Delivered,
     EventStream,
     KafkaRecords,
     Record,
     StreamStats,
-    Unusable,
+    authorized,
     owned_by,
 )
 from venn.broker.topics import ensure_topics
@@ -99,23 +101,16 @@ class RecorderStats:
         default_factory=dict, metadata=labelled("topic", "partition", kind="gauge")
     )
     """(topic, partition) -> records not read yet (high watermark - position)."""
+    offsets: dict[tuple[str, str, str], int] = field(
+        default_factory=dict, metadata=labelled("topic", "partition", "outcome")
+    )
+    """(topic, partition, outcome) -> input offsets accounted for in the offset ledger
+    (venn.broker.ledger): handled (written, or of no use here) or dead_lettered (here, or
+    by the topic's owner)."""
 
 
 REFUSED_BY_DATABASE = "refused_by_database"
 CONFLICTING_CLOSE = "conflicting_close"
-
-
-def authorized(tokens: Tokens | None) -> Callable[[Event], None]:
-    """The token check of a job's events: one without a valid token for its job is never
-    audited (issue 12, defect 4); the scheduler, which owns these topics, dead-letters it."""
-
-    def check(event: Event) -> None:
-        try:
-            check_job_event(tokens, event)
-        except AuthError as exc:
-            raise Unusable(UNAUTHORIZED, f"{UNAUTHORIZED}: {exc}") from None
-
-    return check
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,8 +221,6 @@ async def run_recorder(
         )
     engine = make_engine(settings.database_url)
     consumer = AIOKafkaConsumer(
-        names.rounds,
-        names.jobs,
         bootstrap_servers=settings.broker,
         group_id=group_id or settings.recorder_group,
         client_id="venn-recorder",
@@ -261,6 +254,8 @@ async def run_recorder(
         dead_letters_topic=names.dead_letters,
         stats=StreamStats(dead_letters=stats.dead_letter_reasons),
     )
+    ledger = OffsetLedger()
+    consumer.subscribe([names.rounds, names.jobs], listener=_Forget(ledger))
     await producer.start()
     await consumer.start()
     try:
@@ -279,9 +274,8 @@ async def run_recorder(
             for record, reason, kind in refused:
                 await stream.refuse(record, reason, kind)
             await stream.flush()  # the letters are stored before their records are committed
-            await consumer.commit(
-                {TopicPartition(t, p): offset for (t, p), offset in batch.next_offsets().items()}
-            )
+            await consumer.commit(await _account(consumer, ledger, batch, refused))
+            stats.offsets = {(t, str(p), o): n for (t, p, o), n in ledger.counts.items()}
             useful = sum(1 for item in batch.events if _is_audited(item.event))
             stats.batches += 1
             stats.records += len(batch.records)
@@ -299,6 +293,47 @@ async def run_recorder(
         await producer.stop()
         engine.dispose()
     return stats
+
+
+class _Forget(ConsumerRebalanceListener):  # type: ignore[misc]
+    """A revoked partition's ledger is forgotten: whoever gets it resumes from its commit."""
+
+    def __init__(self, ledger: OffsetLedger) -> None:
+        self.ledger = ledger
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        for tp in revoked:
+            self.ledger.forget(tp.topic, tp.partition)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        pass
+
+
+async def _account(
+    consumer: AIOKafkaConsumer,
+    ledger: OffsetLedger,
+    batch: Batch,
+    refused: Sequence[tuple[Record, str, str]],
+) -> dict[TopicPartition, int]:
+    """Accounts for a batch whose events are written and whose letters are stored (a bad
+    record is its owner's to dead-letter, a refused one was dead-lettered here); returns
+    the offsets to commit: per partition, the ledger's lowest offset not accounted for."""
+    records = batch.records
+    used = {item.record for item in batch.events} - {record for record, _, _ in refused}
+    tps = {TopicPartition(r.topic, r.partition) for r in records}
+    for tp in tps:
+        if not ledger.begun(tp.topic, tp.partition):
+            start = await consumer.committed(tp)
+            if start is None:
+                start = (await consumer.beginning_offsets([tp]))[tp]
+            ledger.begin(tp.topic, tp.partition, start)
+    for r in records:
+        ledger.account(r.topic, r.partition, r.offset, "handled" if r in used else "dead_lettered")
+    return {
+        tp: offset
+        for tp in tps
+        if (offset := ledger.next_offset(tp.topic, tp.partition)) is not None
+    }
 
 
 def _is_audited(event: Event) -> bool:

@@ -36,8 +36,14 @@ ROUND_FILL = Histogram(
 )
 LAG = Gauge(
     "venn_scheduler_consumer_lag",
-    "Records of an input partition not read yet (high watermark - next offset)",
+    "Records of an input partition not accounted for yet (high watermark - the offset "
+    "ledger's lowest offset not handled, dead-lettered, deduplicated or dropped as stale)",
     ["topic", "partition"],
+)
+OFFSETS = Counter(
+    "venn_scheduler_offsets",
+    "Input offsets accounted for in the offset ledger (venn.broker.ledger), by outcome",
+    ["topic", "partition", "outcome"],
 )
 STALLED = Gauge(
     "venn_scheduler_stalled_partitions",
@@ -60,5 +66,5 @@ LEASE_MESSAGES = Counter(
 )
 STALL_REFETCHED = Counter(
     "venn_scheduler_stalled_partitions_refetched",
-    "Stalled input partitions fetched again from the last record read",
+    "Stalled input partitions fetched again from the lowest offset not handled",
 )

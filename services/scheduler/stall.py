@@ -1,21 +1,22 @@
-"""Which input partitions have records waiting while the worker reads nothing from them.
+"""Which partitions have records waiting while the worker handles nothing from them.
 
-A Faust worker can come back from a restart with some partitions assigned and fetched
-but their records never delivered (seen in CI: after a SIGKILL and restart, venn.jobs sat
-unread for more than three minutes while venn.checkins was served; after a replay from
-offset 0, venn.rounds[3]). The cause is not proven. A suspect: when the consumer
-generation changes while Faust hands out a fetched batch, it drops the rest of the batch
-(``faust.transport.consumer.Consumer.getmany``) while the client's fetch position has
-moved past those records; the seek to the committed offsets after a rebalance should
-bring them back, but it is abandoned on a timeout or when another rebalance starts
-(``faust.tables.recovery``). Nothing else notices: the process is up and answers. The worker
-feeds this watch every few seconds, reports a stalled partition on /healthz and in
-`venn_scheduler_stalled_partitions`, puts it back into Faust's fetch set if Faust had left
-it out, or else fetches it again from the last record read, and stops (for its supervisor
-to restart it) if that does not help. A partition not fetched since it was assigned has
-no high watermark in the client; the worker asks the broker for its end offset, so that
-such a partition is seen too. While the worker restores its tables, a second watch does
-the same for the changelog partitions recovery is waiting for, by recovery's offsets.
+A Faust worker could come back from a restart with a partition assigned and fetched but
+its records never handled (seen in CI: after a SIGKILL and restart, venn.jobs sat
+unhandled for more than three minutes while venn.checkins was served). Issue 25 found one
+cause (docs/notes/faust-record-loss.md): records delivered into a stream buffer that a flow
+resume then clears, with Faust's read offset past them; `venn.broker.faust_offsets` now
+seeks back to the lowest offset not handled after every resume, and commits never pass
+it. This watch stays as the net for a cause not known yet. It compares each input
+partition's lowest offset not accounted for in the offset ledger (`venn.broker.ledger`;
+not Faust's read offset, which had moved past the lost records) with its high watermark,
+every few seconds; reports a partition with records waiting and no progress on /healthz
+and in `venn_scheduler_stalled_partitions`; puts it back into Faust's fetch set if Faust
+had left it out (`LedgerConsumer.fetch_state`), or else fetches it again from that lowest
+offset, and stops the worker (for its supervisor to restart it) if that does not help. A
+partition not fetched since it was assigned has no high watermark in the client; the
+worker asks the broker for its end offset, so that such a partition is seen too. While
+the worker restores its tables, a second watch does the same for the changelog
+partitions recovery is waiting for, by recovery's offsets.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class StallWatch:
     def observe(
         self, topic: str, partition: int, position: int | None, behind: int, now: float
     ) -> None:
-        """`position`: offset of the last record read (None before the first); `behind`:
-        records between it and the high watermark."""
+        """`position`: where the partition stands (an input's lowest offset not handled);
+        `behind`: records between it and the high watermark."""
         key = (topic, partition)
         last = self._moved.get(key)
         if behind <= 0 or last is None or last[0] != position:
@@ -43,6 +44,11 @@ class StallWatch:
     def forget_all_but(self, assigned: set[tuple[str, int]]) -> None:
         for key in set(self._moved) - assigned:
             del self._moved[key]
+
+    def position(self, topic: str, partition: int) -> int | None:
+        """The position last observed for the partition."""
+        last = self._moved.get((topic, partition))
+        return last[0] if last is not None else None
 
     def stalled(self, now: float) -> list[tuple[str, int, float]]:
         """(topic, partition, seconds without progress) of each partition with records

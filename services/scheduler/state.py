@@ -50,8 +50,7 @@ from services.scheduler.rows import (
     decode_round_row,
 )
 from venn import events as ev
-from venn.auth import AuthError, check_job_event
-from venn.broker.stream import UNAUTHORIZED, Refused, Unusable
+from venn.broker.stream import Refused
 from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
 from venn.core.capacity import proxies_of, proxy_of
@@ -274,16 +273,8 @@ class SchedulerState:
         raise Refused(f"unknown job {job_id!r}")
 
     # -- venn.jobs ---------------------------------------------------------------------
-    def _authorize(self, event: ev.Event) -> None:
-        """Job and round events need their job's token (a forged event could register,
-        cancel or close any job: issue 12, defect 4)."""
-        try:
-            check_job_event(self.config.tokens, event)
-        except AuthError as exc:
-            raise Unusable(UNAUTHORIZED, f"{UNAUTHORIZED}: {exc}") from None
-
     def on_job_event(self, event: ev.Event, partition: int, now: float) -> list[ev.Event] | None:
-        self._authorize(event)
+        """A job event the agent admitted (its token checked: `venn.broker.stream.authorized`)."""
         self._heard_of(event, now)
         if isinstance(event, ev.JobHeartbeat):
             self._known(event.job_id)
@@ -362,8 +353,8 @@ class SchedulerState:
     def on_round_event(self, event: ev.Event, partition: int, now: float) -> bool:
         """Apply a round close or a job's end; True when the close counted: the first of
         its attempt, whether it ends the open round or overtook its own request (then no
-        round opens for it) or came after a newer request had ended its round."""
-        self._authorize(event)
+        round opens for it) or came after a newer request had ended its round. The agent
+        admitted the event (its token checked: `venn.broker.stream.authorized`)."""
         self._heard_of(event, now)
         if isinstance(event, ev.RoundClosed):
             if not self._known(event.job_id):

@@ -1,11 +1,9 @@
 """Faust's aiokafka transport with a configurable consumer fetch wait and a batching
-producer for the scheduler's outputs.
+producer for the scheduler's outputs; its consumer commits what the offset ledger says
+(`venn.broker.faust_offsets`).
 
-Faust hard-codes ``fetch_max_wait_ms=1500`` for the worker's consumer. Apache Kafka answers
-a parked fetch as soon as data arrives, so there it costs nothing; Tansu keeps the fetch
-parked for the whole wait, so every idle or lightly loaded poll adds up to 1.5 s between a
-check-in and its assignment. This transport sets the wait from
-``Settings.scheduler_fetch_wait`` before the consumer starts.
+The fetch wait is ``Settings.scheduler_fetch_wait`` (`venn.broker.faust_offsets` says why
+and sets it).
 
 On Tansu, Faust's own producer runs with ``producer_max_batch_size=1`` (its ListOffsets bug
 makes table recovery drop the tail of a multi-record changelog batch). With one record per
@@ -32,23 +30,9 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TransportT
 
 from services.scheduler import metrics
+from venn.broker.faust_offsets import LedgerConsumer, OffsetsApp
 
 log = logging.getLogger(__name__)
-
-
-class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    def _create_worker_consumer(
-        self, transport: faust_aiokafka.Transport
-    ) -> aiokafka.AIOKafkaConsumer:
-        consumer = super()._create_worker_consumer(transport)
-        # Read by AIOKafkaConsumer.start() when it builds its fetcher, i.e. after this.
-        consumer._fetch_max_wait_ms = self.app.fetch_wait_ms  # type: ignore[attr-defined]
-        return consumer
-
-
-class _Consumer(faust_aiokafka.Consumer):
-    def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
-        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
 class TrackedTable(faust.Table):  # type: ignore[misc]
@@ -167,16 +151,13 @@ class OutputProducer(faust_aiokafka.Producer):
 
 
 class _Transport(faust_aiokafka.Transport):
-    Consumer: ClassVar[Any] = _Consumer
+    Consumer: ClassVar[Any] = LedgerConsumer
     Producer: ClassVar[Any] = OutputProducer
 
 
-class SchedulerApp(faust.App):
-    """A faust.App whose worker consumer waits at most ``fetch_wait_ms`` per fetch."""
-
-    def __init__(self, *args: Any, fetch_wait_ms: int = 1500, **kwargs: Any) -> None:
-        self.fetch_wait_ms = fetch_wait_ms
-        super().__init__(*args, **kwargs)
+class SchedulerApp(OffsetsApp):
+    """An `OffsetsApp` (commits follow its offset ledger; its consumer waits at most
+    ``fetch_wait_ms`` per fetch) with the batching output producer."""
 
     def _new_transport(self) -> TransportT:
         return _Transport(self.conf.broker_consumer, self)

@@ -174,6 +174,14 @@ async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals
         assert first.dead_letters == 2  # the refused one and the conflicting close
         assert first.rounds_added == 4  # job r0, r1, r2 and other r0
         assert first.ignored == 0  # round_requested is in the job history now
+        # Issue 25: every offset of both topics accounted for, each with what became of it.
+        by_outcome: dict[str, int] = {}
+        for (_, _, outcome), n in first.offsets.items():
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + n
+        assert by_outcome == {
+            "handled": len(messages) - len(bad) - 2,
+            "dead_lettered": len(bad) + 2,
+        }
 
         with engine.connect() as conn:
             rounds = conn.execute(

@@ -111,7 +111,8 @@ class Worker:
                 line
                 for line in text.splitlines()
                 if line.startswith(("venn_scheduler_events_total", "venn_scheduler_consumer_lag",
-                                    "venn_scheduler_dead_letters_total", "venn_scheduler_output"))
+                                    "venn_scheduler_dead_letters_total", "venn_scheduler_output",
+                                    "venn_scheduler_offsets_total"))
             )  # fmt: skip
         except OSError as exc:
             counters = repr(exc)

@@ -80,7 +80,10 @@ async def test_each_job_sees_only_its_own_assignments_and_results(
         sent = [assignment(job, f"dev-{job}-{i}") for i in range(5) for job in (a1, a2, b1)]
         sent.append(assignment(f"nobody-{unique}", "dev-x"))
         await publish(producer, topics.ASSIGNMENTS, sent)
-        await publish(producer, topics.RESULTS, [result(a2, "dev-r1"), result(b1, "dev-r2")])
+        # Results of devices the jobs' rounds assigned (any other is held: issue 26, item 8).
+        await publish(
+            producer, topics.RESULTS, [result(a2, f"dev-{a2}-1"), result(b1, f"dev-{b1}-2")]
+        )
 
         got_a1 = await take(owner_a.assignments(a1), 5)
         got_a2 = await take(owner_a.assignments(a2), 5)
@@ -95,8 +98,8 @@ async def test_each_job_sees_only_its_own_assignments_and_results(
         assert [e.event_id for e in got_a1] == ids(a1)
         assert [e.event_id for e in got_a2] == ids(a2)
         assert [e.event_id for e in got_b1] == ids(b1)
-        assert [r.device_id for r in res_a2] == ["dev-r1"]  # type: ignore[attr-defined]
-        assert [r.device_id for r in res_b1] == ["dev-r2"]  # type: ignore[attr-defined]
+        assert [r.device_id for r in res_a2] == [f"dev-{a2}-1"]  # type: ignore[attr-defined]
+        assert [r.device_id for r in res_b1] == [f"dev-{b1}-2"]  # type: ignore[attr-defined]
         # Nothing else is queued for a job: B never saw A's traffic and vice versa.
         await asyncio.sleep(0.5)
         assert owner_a._subs[a1].assignments.empty()

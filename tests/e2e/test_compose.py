@@ -92,6 +92,9 @@ PRINCIPAL_OF = {
     "coordinator": "coordinator",
     "devices": "devices",
 }
+JOB_API = {"gateway": security.JOBS}
+"""A service that also signs in as a second principal for one part of its work: the
+gateway's job API writes venn.jobs as `jobs` (the gateway's own principal cannot)."""
 AUTH_SECRET_HOLDERS = {"scheduler", "recorder", "gateway", "coordinator"}
 DATABASE_USERS = {"migrate", "recorder"}
 SECRET_VARIABLES = {
@@ -316,7 +319,7 @@ def test_compose_runs_the_tested_releases_and_the_shared_settings() -> None:
     port_values = {int(v) for k, v in shared.items() if k.endswith("_PORT")}
     passwords = {security.password_variable(p) for p in security.SERVICES}
     assert set(ours(compose)) == set(PRINCIPAL_OF) | {"migrate"}
-    assert set(PRINCIPAL_OF.values()) == set(security.PRINCIPALS)
+    assert set(PRINCIPAL_OF.values()) | set(JOB_API.values()) == set(security.PRINCIPALS)
     for name, service in ours(compose).items():
         env = environment_of(service)
         assert {k: env.get(k) for k in shared} == shared, f"{name} changes x-venn-env"
@@ -331,11 +334,15 @@ def test_compose_runs_the_tested_releases_and_the_shared_settings() -> None:
             assert is_required(env["VENN_KAFKA_PASSWORD"], password), name
             mechanism = env.get("VENN_KAFKA_MECHANISM", security.MECHANISM)
             assert mechanism == (security.PLAIN if principal == security.ADMIN else "SCRAM-SHA-256")
-        # Only the admin's step holds the services' passwords, to make their users.
+        # Only the admin's step holds the services' passwords, to make their users (and the
+        # gateway its job API's).
         given = {k: v for k, v in env.items() if k in passwords}
         if name == "topics":
             assert set(given) == passwords and all(is_required(v, k) for k, v in given.items())
             assert "--secure" in service["command"]
+        elif name in JOB_API:
+            variable = security.password_variable(JOB_API[name])
+            assert set(given) == {variable} and is_required(given[variable], variable), name
         else:
             assert not given, name
         assert ("VENN_AUTH_SECRET" in env) == (name in AUTH_SECRET_HOLDERS), name

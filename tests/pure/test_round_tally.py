@@ -38,12 +38,31 @@ def test_assignments_count_once_per_device_and_only_for_their_attempt() -> None:
 
 def test_a_good_result_replaces_a_failure_and_stands() -> None:
     t = RoundTally(round_index=1, demand=2)
+    t.on_assignment(assignment("d1"), 5.0)
     assert t.on_result(result("d1", ok=False))
     assert not t.on_result(result("d1", ok=False))
     assert t.on_result(result("d1", ok=True))
     assert (t.ok, t.failed) == ({"d1"}, {})
     assert not t.on_result(result("d1", ok=False))
     assert not t.on_result(result("d2", ok=True, round_index=0))
+
+
+def test_only_a_device_the_attempt_assigned_counts_its_result() -> None:
+    """Issue 26, item 8: a result for a device the round never had counts nothing; one that
+    overtook its device's assignment counts when the assignment comes."""
+    t = RoundTally(round_index=1, demand=2)
+    ledger = RoundLedger("j", t, needed=1, opened_at=0.0)
+    assert not t.on_result(result("never-assigned", ok=True))
+    assert not t.on_result(result("early", ok=False))
+    assert not t.on_result(result("early", ok=True))  # held: the good one wins
+    assert (t.ok, t.failed, ledger.succeeded) == (set(), {}, False)
+    t.on_assignment(assignment("early"), 7.0)
+    assert (t.ok, t.failed, ledger.succeeded) == ({"early"}, {}, True)
+    assert "never-assigned" not in t.ok and ledger.closing(9.0)["results"] == 1
+    # Held results are bounded: a flood from devices never assigned is counted, not kept.
+    for i in range(2000):
+        t.on_result(result(f"flood-{i}", ok=True))
+    assert len(t.held) == 1000 and t.unassigned_results == 1001
 
 
 def test_the_coordinators_close_comes_from_the_tally() -> None:

@@ -26,3 +26,11 @@ def test_a_revoked_partition_is_forgotten() -> None:
     watch.observe("venn.jobs", 1, 1, behind=1, now=0)
     watch.forget_all_but({("venn.jobs", 1)})
     assert [s[:2] for s in watch.stalled(5)] == [("venn.jobs", 1)]
+
+
+def test_the_position_to_fetch_again_from_is_the_last_one_observed() -> None:
+    watch = StallWatch(stall_s=1)
+    assert watch.position("venn.jobs", 0) is None
+    watch.observe("venn.jobs", 0, 4, behind=2, now=0)
+    watch.observe("venn.jobs", 0, 6, behind=1, now=1)
+    assert watch.position("venn.jobs", 0) == 6

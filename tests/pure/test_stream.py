@@ -75,7 +75,7 @@ def test_every_other_reader_skips_and_counts() -> None:
 
 
 def test_a_check_every_reader_makes_follows_the_owner_rule() -> None:
-    def no_job_b(event: ev.Event) -> None:
+    def no_job_b(event: ev.Event, record: Record) -> None:
         if getattr(event, "job_id", "") == "b":
             raise Unusable("unauthorized", "unauthorized: no token for job b")
 

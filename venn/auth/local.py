@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from venn.auth.tokens import Tokens
+from venn.auth.tokens import GivenTokens, Tokens
 from venn.settings import Settings
 
 JOB_TOKEN_TTL_S = 7 * 86400.0
@@ -24,3 +24,12 @@ def job_token(settings: Settings, jobs: Iterable[str], owner: str = "local") -> 
     if tokens is None:
         return None
     return tokens.issue("job", owner, jobs=list(jobs), ttl_s=JOB_TOKEN_TTL_S)
+
+
+def verifier(settings: Settings, token: str | None) -> Tokens | None:
+    """What checks job events in a process that acts with ``token``: the deployment's secret
+    where it has it, else only ``token`` itself (`GivenTokens`); None: no authentication."""
+    tokens = issuer(settings)
+    if tokens is not None or token is None:
+        return tokens
+    return GivenTokens([token])

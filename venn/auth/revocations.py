@@ -54,8 +54,7 @@ async def follow_revocations(
                         except ev.InvalidEvent:
                             continue  # its owner dead-letters it
                         assert isinstance(event, ev.TokenRevoked)
-                        revocations.revoke(event.token_id, event.expires_at)
-                revocations.forget_expired()
+                        revocations.revoke(event.token_id, event.time)
         except asyncio.CancelledError:
             raise
         except Exception:

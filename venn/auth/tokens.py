@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import jwt
 
@@ -29,6 +29,8 @@ KINDS: tuple[Kind, ...] = ("device", "job", "enroll", "admin")
 ALGORITHM = "HS256"
 ISSUER = "venn"
 MIN_SECRET_BYTES = 32  # HS256 wants a key at least as long as its output
+CLOCK_SKEW_S = 60.0
+"""How far the clock of a token's issuer may run ahead of the clock that judges it."""
 
 
 class AuthError(Exception):
@@ -70,20 +72,26 @@ class Claims:
 
 @dataclass
 class Revocations:
-    """Revoked token ids, each kept until the token would have expired anyway."""
+    """Revoked token ids, each with the time it was revoked.
 
-    until: dict[str, float] = field(default_factory=dict)
+    Kept for good, as venn.revocations (compacted) keeps them: an event of a job is judged
+    at the time it was produced (`Tokens.check`'s ``at``), so a reader that replays the log
+    long after a token expired must still know that it was revoked before some of its
+    events. One entry per revoked token."""
 
-    def revoke(self, token_id: str, expires_at: float) -> None:
-        self.until[token_id] = max(expires_at, self.until.get(token_id, 0.0))
+    since: dict[str, float] = field(default_factory=dict)
+
+    def revoke(self, token_id: str, at: float) -> None:
+        """``token_id`` is refused from ``at`` on (the earliest revocation counts)."""
+        self.since[token_id] = min(at, self.since.get(token_id, at))
+
+    def revoked(self, token_id: str, at: float | None = None) -> bool:
+        """Whether ``token_id`` was revoked at time ``at`` (None: by now, whenever)."""
+        since = self.since.get(token_id)
+        return since is not None and (at is None or since <= at)
 
     def __contains__(self, token_id: object) -> bool:
-        return isinstance(token_id, str) and token_id in self.until
-
-    def forget_expired(self, now: float | None = None) -> None:
-        now = time.time() if now is None else now
-        for token_id in [t for t, until in self.until.items() if until < now]:
-            del self.until[token_id]
+        return isinstance(token_id, str) and token_id in self.since
 
 
 class Tokens:
@@ -118,23 +126,25 @@ class Tokens:
         }
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM)
 
-    def check(self, token: str | None, *kinds: Kind) -> Claims:
-        """The token's claims if it is valid, unexpired, unrevoked and of one of ``kinds``
-        (admin tokens always qualify); AuthError otherwise."""
+    def check(self, token: str | None, *kinds: Kind, at: float | None = None) -> Claims:
+        """The token's claims if it is valid, unrevoked and of one of ``kinds`` (admin
+        tokens always qualify) at time ``at``; AuthError otherwise. ``at`` None is now (a
+        request); an event on Kafka is judged at the time the broker stored it
+        (`venn.auth.checks`), so a reader that reads it late judges it as one that read it
+        at once."""
         if not token:
             raise AuthError(401, "missing_token", "send Authorization: Bearer <token>")
+        when = time.time() if at is None else at
         try:
-            raw = jwt.decode(
-                token,
-                self._secret,
-                algorithms=[ALGORITHM],
-                issuer=ISSUER,
-                options={"require": ["exp", "jti", "sub", "iss"]},
-            )
-        except jwt.ExpiredSignatureError:
-            raise AuthError(401, "expired_token", "the token has expired") from None
-        except jwt.InvalidTokenError as exc:
+            raw = self._decode(token)
+            expires_at = float(raw["exp"])
+            issued_at = float(raw.get("iat", 0))
+        except (jwt.InvalidTokenError, TypeError, ValueError, OverflowError) as exc:
             raise AuthError(401, "invalid_token", f"the token is not valid ({exc})") from None
+        if expires_at <= when:
+            raise AuthError(401, "expired_token", "the token has expired")
+        if issued_at > when + CLOCK_SKEW_S:
+            raise AuthError(401, "invalid_token", "the token was issued after this was sent")
         kind = raw.get("kind")
         if kind not in KINDS:
             raise AuthError(401, "invalid_token", "the token has no known kind")
@@ -142,14 +152,53 @@ class Tokens:
             kind=cast(Kind, kind),
             subject=str(raw["sub"]),
             token_id=str(raw["jti"]),
-            expires_at=float(raw["exp"]),
+            expires_at=expires_at,
             jobs=tuple(str(j) for j in raw.get("jobs") or ()),
         )
-        if claims.token_id in self.revocations:
+        if self.revocations.revoked(claims.token_id, at):
             raise AuthError(401, "revoked_token", "the token has been revoked")
         if kind != "admin" and kinds and kind not in kinds:
             raise AuthError(403, "forbidden", f"a {kind} token cannot do this")
         return claims
+
+    def _decode(self, token: str) -> dict[str, Any]:
+        """The claims of a token signed with the secret (InvalidTokenError if not). exp and
+        iat are left to `check`, which judges them at its ``at``: PyJWT only knows now."""
+        return jwt.decode(
+            token,
+            self._secret,
+            algorithms=[ALGORITHM],
+            issuer=ISSUER,
+            options={
+                "require": ["exp", "jti", "sub", "iss"],
+                "verify_exp": False,
+                "verify_iat": False,
+            },
+        )
+
+
+class GivenTokens(Tokens):
+    """The check of a process without the secret, which cannot verify a signature (HS256 is
+    symmetric): it takes only the tokens it was given (a coordinator's VENN_JOB_TOKEN, from
+    the deployment) and judges them by the same rules. A subset of what `Tokens` admits,
+    never more; it issues nothing."""
+
+    def __init__(self, given: Iterable[str], revocations: Revocations | None = None) -> None:
+        self._given = frozenset(given)
+        self.revocations = revocations or Revocations()
+
+    def issue(self, *args: Any, **kwargs: Any) -> str:
+        raise RuntimeError("a process without VENN_AUTH_SECRET issues no token")
+
+    def _decode(self, token: str) -> dict[str, Any]:
+        if token not in self._given:
+            raise jwt.InvalidTokenError("not a token this process was given (no secret here)")
+        return jwt.decode(
+            token,
+            algorithms=[ALGORITHM],
+            issuer=ISSUER,
+            options={"verify_signature": False, "require": ["exp", "jti", "sub", "iss"]},
+        )
 
 
 def bearer(header: str | None) -> str | None:

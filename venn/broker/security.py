@@ -1,6 +1,8 @@
 """Kafka principals and ACLs: each service its own SASL/SCRAM user, allowed exactly the
 topics it reads and writes, so that (for one) the device-facing gateway cannot write job
-events, and a client without credentials is refused.
+events (the job API it serves writes them as its own principal, ``jobs``), and a client
+without credentials is refused. What each principal can do, and what a holder of one can
+do beyond it, is docs/security.md's "Job events, results and Kafka principals".
 
 `venn up` runs Apache Kafka with SCRAM-SHA-256 on its client listener, creates one user per
 principal below (passwords from the environment or, for a local stack, generated into the
@@ -29,6 +31,8 @@ SCRAM_ITERATIONS = 4096  # what kafka-storage.sh --add-scram and kafka-configs.s
 SCHEDULER_INPUTS = (topics.CHECKINS, topics.JOBS, topics.ROUNDS, topics.RESULTS, topics.ASSIGNMENTS)
 GATEWAY_ANSWERS = (topics.ASSIGNMENTS, topics.REPLIES)
 ADMIN = "admin"
+JOBS = "jobs"
+"""The job API's principal (it writes venn.jobs and nothing else)."""
 
 
 @dataclass(frozen=True)
@@ -97,10 +101,13 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.STATUS,
                 topics.DEAD_LETTERS,  # the dashboard counts them
             ),
-            # venn.jobs: the job API's submissions and cancels (each with a job token the
-            # gateway issued for that job alone; the scheduler checks it)
-            write=(topics.CHECKINS, topics.RESULTS, topics.DEAD_LETTERS, topics.JOBS),
+            write=(topics.CHECKINS, topics.RESULTS, topics.DEAD_LETTERS),
         ),
+        # The job API's submissions and cancels (each with a job token the gateway issued
+        # for that job alone): the gateway process signs in as this principal for them only
+        # when it has its password (VENN_KAFKA_PASSWORD_JOBS or the run dir's), so a gateway
+        # that serves devices only cannot write job events.
+        JOBS: Access(write=(topics.JOBS,)),
         "coordinator": Access(
             read=(topics.ASSIGNMENTS, topics.RESULTS, topics.JOBS, topics.ROUNDS),
             write=(topics.JOBS, topics.ROUNDS),
@@ -112,7 +119,7 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
     }
 
 
-PRINCIPALS = (ADMIN, "scheduler", "recorder", "gateway", "coordinator", "devices")
+PRINCIPALS = (ADMIN, "scheduler", "recorder", "gateway", JOBS, "coordinator", "devices")
 SERVICES = PRINCIPALS[1:]
 """The principals with SCRAM users and ACLs (the admin is a super user)."""
 
@@ -218,10 +225,12 @@ def ensure_users(
 def apply_acls(
     bootstrap: str, admin: Credentials, app_id: str, recorder_group: str, timeout: float = 30.0
 ) -> int:
-    """Grant every principal its `access` (idempotent: Kafka keeps one copy of an ACL).
-    Returns how many ACL bindings were asked for."""
+    """Grant every principal its `access` (idempotent: Kafka keeps one copy of an ACL), and
+    take back any other ACL a Venn principal holds. Returns how many ACL bindings were asked
+    for."""
     from confluent_kafka.admin import (
         AclBinding,
+        AclBindingFilter,
         AclOperation,
         AclPermissionType,
         AdminClient,
@@ -274,6 +283,26 @@ def apply_acls(
     )
     for future in client.create_acls(unique, request_timeout=timeout).values():
         future.result(timeout)
+    # What an earlier version granted and this one does not (the gateway's write on
+    # venn.jobs) is taken back: Kafka only adds ACLs.
+    wanted = {str(b) for b in unique}
+    principals = {f"User:{p}" for p in SERVICES}
+
+    def as_filter(b: Any) -> Any:
+        return AclBindingFilter(
+            b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
+            b.permission_type,
+        )  # fmt: skip
+
+    everything = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
+        AclOperation.ANY, AclPermissionType.ANY,
+    )  # fmt: skip
+    found = client.describe_acls(everything, request_timeout=timeout).result(timeout)
+    stale = [as_filter(b) for b in found if b.principal in principals and str(b) not in wanted]
+    if stale:
+        for future in client.delete_acls(stale, request_timeout=timeout).values():
+            future.result(timeout)
     return len(unique)
 
 

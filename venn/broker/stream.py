@@ -4,7 +4,7 @@ topic may carry, and one dead-letter policy for the records that cannot be used.
 The policy, the same in every service:
 - A record that does not decode (`venn.events.decode`: oversized, not JSON, not allowed on
   its topic, ...) or whose event fails a check every reader makes alike (`Unusable`: a job
-  event without a valid token) is dead-lettered by the one service that owns it
+  event without a valid token, `authorized`) is dead-lettered by the one service that owns it
   (`topics.DEAD_LETTER_OWNER`, see `owned_by`); every other reader skips it and counts it.
   One bad record, one letter, however many services and processes read it.
 - An event that only this reader cannot use (`Refused`: the database refuses its row) is
@@ -17,7 +17,8 @@ The policy, the same in every service:
 
 `judge` is the policy's one decision (dead-letter here or skip, with which reason and
 kind), for `EventStream` and for readers that send their letters their own way (the
-scheduler's Faust agents).
+scheduler's Faust agents). `authorized` is the one check of a job's events
+(`venn.auth.checks`) as every reader applies it, judged at the record's `produced_at`.
 
 `KafkaRecords` reads with an aiokafka consumer the caller has assigned or subscribed;
 `MemoryRecords` is fed by hand, for unit tests (with `publish.MemoryEvents` for letters).
@@ -31,9 +32,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
 from venn import events as ev
+from venn.auth.checks import CHECKED, check_job_event
+from venn.auth.tokens import AuthError, Tokens
 from venn.broker import topics
 from venn.broker.publish import EventPublisher, publish_dead_letter
 
@@ -69,6 +72,11 @@ class Refused(Exception):
         self.reason = reason
 
 
+LOG_APPEND_TIME = 1
+"""Kafka's timestamp type of a record the broker stamped when it stored it (0: CreateTime,
+the producer's stamp)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     topic: str
@@ -76,6 +84,40 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
+    timestamp: float | None = None
+    """The record's Kafka timestamp, in seconds."""
+    timestamp_type: int = 0
+    """Kafka's timestamp type: `LOG_APPEND_TIME` or 0 (CreateTime)."""
+
+
+def produced_at(record: Record) -> float | None:
+    """When the broker stored ``record``, if it stamped it (LogAppendTime): the time its
+    event's token is judged at. None for a producer's stamp (CreateTime), which proves
+    nothing (a holder of an expired token could backdate it): judged when read instead."""
+    if record.timestamp_type == LOG_APPEND_TIME and record.timestamp is not None:
+        return record.timestamp
+    return None
+
+
+Check = Callable[[ev.Event, Record], None]
+"""A check every reader makes alike: raises `Unusable` for an event no reader may use."""
+
+
+def authorized(tokens: Tokens | None) -> Check:
+    """The one authorization rule of a job's events (`venn.auth.checks`) as a stream check:
+    an event without a token that allowed it when it was produced is `Unusable`
+    (``unauthorized``). Every reader of venn.jobs and venn.rounds applies it: the scheduler,
+    the recorder, the gateway's views, a coordinator's resume."""
+
+    def check(event: ev.Event, record: Record) -> None:
+        if tokens is None or not isinstance(event, CHECKED):
+            return
+        try:
+            check_job_event(tokens, event, produced_at(record))
+        except AuthError as exc:
+            raise Unusable(UNAUTHORIZED, f"{UNAUTHORIZED}: {exc}") from None
+
+    return check
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +206,13 @@ class KafkaRecords:
 
     async def fetch(self, timeout_ms: int, max_records: int) -> list[Record]:
         batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
-        return [
-            Record(tp.topic, tp.partition, m.offset, m.key, m.value)
-            for tp, messages in batches.items()
-            for m in messages
-        ]
+        return [record_of(m) for messages in batches.values() for m in messages]
+
+
+def record_of(m: ConsumerRecord[bytes, bytes]) -> Record:
+    """The `Record` of an aiokafka consumer record."""
+    stamp = None if m.timestamp is None else m.timestamp / 1000
+    return Record(m.topic, m.partition, m.offset, m.key, m.value, stamp, m.timestamp_type)
 
 
 @dataclass
@@ -184,13 +228,18 @@ class MemoryRecords:
         value: bytes | ev.Event | None,
         key: bytes | None = None,
         partition: int = 0,
+        appended_at: float | None = None,
     ) -> Record:
+        """``appended_at``: the broker's stamp (LogAppendTime); None: a producer's."""
         if isinstance(value, ev.Event):
             key = ev.key_of(value) if key is None else key
             value = ev.encode(value)
         offset = self.ends.get((topic, partition), 0)
         self.ends[(topic, partition)] = offset + 1
-        record = Record(topic, partition, offset, key, value)
+        if appended_at is None:
+            record = Record(topic, partition, offset, key, value)
+        else:
+            record = Record(topic, partition, offset, key, value, appended_at, LOG_APPEND_TIME)
         self.pending.append(record)
         return record
 
@@ -221,8 +270,8 @@ class EventStream:
     owns: Callable[[Record], bool]
     max_bytes: int = ev.DEFAULT_MAX_BYTES
     allowed: Callable[[str], tuple[type[ev.Event], ...]] = allowed_on
-    check: Callable[[ev.Event], None] | None = None
-    """Raises `Unusable` (or InvalidEvent) for an event no reader may use."""
+    check: Check | None = None
+    """Raises `Unusable` (or InvalidEvent) for an event no reader may use (`authorized`)."""
     dead_letters_topic: str = topics.DEAD_LETTERS
     stats: StreamStats = field(default_factory=StreamStats)
     _sending: set[asyncio.Future[object]] = field(default_factory=set)
@@ -233,7 +282,7 @@ class EventStream:
         """The record's event; InvalidEvent or Unusable if it has none a reader may use."""
         event = ev.decode(record.value, self.allowed(record.topic), self.max_bytes)
         if self.check is not None:
-            self.check(event)
+            self.check(event, record)
         return event
 
     async def read(self, timeout_ms: int = 200, max_records: int = 1000) -> Batch:

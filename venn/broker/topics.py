@@ -75,7 +75,13 @@ DEAD_LETTER_OWNER: dict[str, str] = {
 gets exactly one dead letter; every other reader skips it and counts it. (The scheduler
 reads every input; a reply is dead-lettered by the gateway it is addressed to.)"""
 
+APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+"""The broker stamps each record when it stores it: the time a job event's token is judged
+at (`venn.auth.checks`), which no producer can choose."""
+
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {
+    JOBS: APPEND_TIME,
+    ROUNDS: APPEND_TIME,
     REVOCATIONS: {"cleanup.policy": "compact"},
     STATUS: {"cleanup.policy": "compact"},
 }

@@ -3,6 +3,12 @@
 One client serves any number of jobs. It owns one producer and one consumer; the consumer
 reads every partition of venn.assignments and venn.results and hands each event to the
 queue of its job (the message key), so a coordinator sees only its own jobs' traffic.
+
+A result is handed on only for a device the job's round was assigned (an assignment this
+client read, or one a resuming coordinator adopted): the devices' and the gateway's
+principals may write venn.results, and a result for a device the round never had must not
+count. A result read before its assignment (the two topics are read in either order) is
+held until the assignment comes.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -47,6 +53,9 @@ E = TypeVar("E", bound=Event)
 STALE_GRACE_S = 2.0
 
 _CLOSED = object()
+HELD_MAX = 10_000
+"""Results a job may have waiting for an assignment not read yet; more are dropped and
+counted (`ClientStats.unassigned_results`)."""
 
 
 def new_event_id() -> str:
@@ -58,6 +67,33 @@ class _Subscription:
     since: float
     assignments: asyncio.Queue[Assignment | object] = field(default_factory=asyncio.Queue)
     results: asyncio.Queue[DeviceResult | object] = field(default_factory=asyncio.Queue)
+    assigned: dict[int, set[str]] = field(default_factory=dict)
+    """Round index -> the devices assigned to it (the latest two rounds kept)."""
+    held: dict[tuple[int, str], list[DeviceResult]] = field(default_factory=dict)
+    """(round, device) -> results read before that assignment."""
+
+    def assign(self, a: Assignment) -> list[DeviceResult]:
+        """Note an assignment; the results it releases."""
+        if a.round_index not in self.assigned:
+            self.assigned[a.round_index] = set()
+            keep = sorted(self.assigned)[-2:]
+            for old in [r for r in self.assigned if r not in keep]:
+                del self.assigned[old]
+            for key in [k for k in self.held if k[0] < keep[0]]:
+                del self.held[key]
+        self.assigned[a.round_index].add(a.device_id)
+        return self.held.pop((a.round_index, a.device_id), [])
+
+    def was_assigned(self, r: DeviceResult) -> bool:
+        return r.device_id in self.assigned.get(r.round_index, ())
+
+    def hold(self, r: DeviceResult) -> bool:
+        """Keep a result until its assignment comes; False when too many wait already."""
+        key = (r.round_index, r.device_id)
+        if key not in self.held and len(self.held) >= HELD_MAX:
+            return False
+        self.held.setdefault(key, []).append(r)
+        return True
 
 
 @dataclass
@@ -67,6 +103,7 @@ class ClientStats:
     dispatched: int = 0
     ignored: int = 0  # valid events for jobs this client does not serve (or stale ones)
     invalid: int = 0  # records it could not use, skipped (the scheduler dead-letters them)
+    unassigned_results: int = 0  # results dropped: too many waited for an assignment
 
 
 class VennClient:
@@ -178,6 +215,15 @@ class VennClient:
         """Start buffering this job's assignments and results (register_job does it)."""
         if job_id not in self._subs:
             self._subs[job_id] = _Subscription(since=time.time())
+
+    def adopt_assignments(self, job_id: str, assignments: Iterable[Assignment]) -> None:
+        """Assignments of ``job_id`` this client did not read (a resuming coordinator read
+        them from the log): their devices' results are handed on too."""
+        self.subscribe(job_id)
+        sub = self._subs[job_id]
+        for a in assignments:
+            for r in sub.assign(a):
+                sub.results.put_nowait(r)
 
     def keep_alive(self, job_id: str) -> None:
         """Send this job's heartbeats from now on (register_job does it; a coordinator that
@@ -361,8 +407,14 @@ class VennClient:
         if isinstance(event, Assignment | AssignmentBatch):
             for assignment in events.assignments_of(event):
                 sub.assignments.put_nowait(assignment)
+                for result in sub.assign(assignment):
+                    sub.results.put_nowait(result)
         elif isinstance(event, DeviceResult):
-            sub.results.put_nowait(event)
+            if sub.was_assigned(event):
+                sub.results.put_nowait(event)
+            elif not sub.hold(event):
+                self.stats.unassigned_results += 1
+                return
         self.stats.dispatched += 1
 
 

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,6 +157,9 @@ class DemoHandles:
     settings: Settings | None = None  # the stack's, once it runs
     run_dir: Path | None = None
     worker_ports: dict[str, int] = field(default_factory=dict)  # worker -> its web port
+    before_teardown: Callable[[Settings], Awaitable[None]] | None = None
+    """Awaited once the jobs are done and recorded, while the stack still runs (a test's
+    look at the broker's offsets)."""
 
 
 def _audit_counts(url: str) -> tuple[int, int]:
@@ -301,6 +304,8 @@ async def run_demo(
         closed = sum(o.attempts for o in outcomes.values())
         finished = sum(o.finished for o in outcomes.values())
         audit_rounds, audit_finished = await _wait_recorded(db_url, closed, finished, 20.0)
+        if handles.before_teardown is not None:
+            await handles.before_teardown(settings)
         workers = {
             name: await asyncio.to_thread(_checkins_decided, port)
             for name, port in handles.worker_ports.items()

@@ -148,6 +148,10 @@ def start_broker(settings: Settings) -> tuple[Settings, str]:
     )
     if users:
         admin = security.Credentials(security.ADMIN, users[security.ADMIN])
+        missing = [p for p in security.SERVICES if p not in users]
+        if missing:  # a run dir made before these principals existed (the job API's)
+            users = run_dir_kafka_users(settings.run_path, security.PRINCIPALS, create=True)
+            security.ensure_users(record.bootstrap, admin, {p: users[p] for p in missing})
         security.apply_acls(record.bootstrap, admin, settings.app_id, settings.recorder_group)
     return (
         dataclasses.replace(settings, broker=record.bootstrap, broker_kind=record.kind),

@@ -1,0 +1,226 @@
+"""Faust (faust-streaming 0.15.3) made to commit only what was handled: the one place where
+Venn touches Faust's and aiokafka's private state. docs/notes/faust-record-loss.md tells
+the failures and the reproduction (tests/broker/test_faust_record_loss.py).
+
+Faust commits the offsets its streams *acked*, and three of its paths ack or pass records
+that no agent handled:
+1. `Recovery.on_recovery_completed` (and `_resume_streams`) seek the input partitions to
+   their committed offsets while the fetcher runs, then call `flow_control.resume()`, which
+   clears every stream buffer (`clear_on_resume`). Records fetched after the seek and
+   delivered before the resume are dropped, yet `Consumer._read_offset` and the client's
+   position have passed them: nothing fetches them again.
+2. `Consumer._new_offset` commits past a hole at the head of the acked offsets when the
+   hole is one record wide (`min(acked) - committed > 1`, off by one) or when the committed
+   offset is 0 or unknown (`if committed_offset:`): the record dropped by 1 is committed
+   once the record after it is acked.
+3. `Stream._py_aiter` acks the records it skips (of an older consumer generation, or read
+   while flow control is suspended), and `Consumer._drain_messages` sets the read offset of
+   a delivery that a flow suspension cancelled.
+
+What this module does instead, for any Faust app built on `OffsetsApp`:
+- The agents account for every record in the app's `OffsetLedger` (`records` and
+  `account`); the commit of a partition is the ledger's lowest offset not accounted for,
+  never what Faust's acks say (`LedgerConsumer._filter_committable_offsets`). Whatever
+  Faust acks or skips, an unhandled record is never committed (2, 3).
+- Each time the flow resumes (the buffers were just cleared), every input partition being
+  fetched is sought to that lowest offset, so a cleared record comes again (1); a record
+  delivered twice is recognised by the ledger and skipped by `records`.
+- The ledger starts each assigned partition at its committed offset (the log's start when
+  none is committed, or 0, which aiokafka's `seek_to_committed` does not seek to).
+
+Also here: the consumer's fetch wait (`OffsetsApp(fetch_wait_ms=...)`: Faust hard-codes
+``fetch_max_wait_ms=1500``; Apache Kafka answers a parked fetch as soon as data arrives,
+but Tansu keeps it parked for the whole wait, which put up to 1.5 s between a check-in and
+its assignment), and, for the scheduler's stall watch: `fetch_state` and `resume_fetching` (a
+partition Faust leaves out of its fetch set), and `restore_progress` (changelog partitions
+a table recovery waits for).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiokafka
+import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP, TransportT
+
+from venn.broker.ledger import OffsetLedger, Outcome
+
+log = logging.getLogger(__name__)
+
+
+class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(
+        self, transport: faust_aiokafka.Transport
+    ) -> aiokafka.AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        wait = getattr(self.app, "fetch_wait_ms", None)
+        if wait is not None:
+            # Read by AIOKafkaConsumer.start() when it builds its fetcher, i.e. after this.
+            consumer._fetch_max_wait_ms = wait
+        return consumer
+
+
+class LedgerConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer, committing what the app's ledger accounted for."""
+
+    def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
+        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    @property
+    def ledger(self) -> OffsetLedger:
+        ledger: OffsetLedger = self.app.ledger  # type: ignore[attr-defined]
+        return ledger
+
+    def is_input(self, tp: TP) -> bool:
+        """A partition of a topic an agent reads (not a table's changelog)."""
+        return not self._is_changelog_tp(tp)
+
+    # Commits: the ledger's offsets (failures 2 and 3 of the module doc).
+
+    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterator[TP]:
+        ledger = self.ledger
+        return (
+            tp
+            for tp in self.assignment()
+            if self.is_input(tp)
+            and ledger.begun(tp.topic, tp.partition)
+            and (topics is None or tp in topics or tp.topic in topics)
+        )
+
+    def _filter_committable_offsets(self, tps: Iterable[TP]) -> dict[TP, int]:
+        # Faust's own bookkeeping is drained (its lists would grow) and its answer ignored.
+        super()._filter_committable_offsets(list(self._acked))
+        offsets: dict[TP, int] = {}
+        for tp in tps:
+            offset = self.ledger.next_offset(tp.topic, tp.partition)
+            if offset is not None and self._should_commit(tp, offset):
+                offsets[tp] = offset
+        return offsets
+
+    # Where accounting starts: the committed offsets, each time Faust seeks to them.
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        committed = await super().seek_to_committed()
+        await self._begin(committed)
+        return committed
+
+    async def _begin(self, committed: Mapping[TP, int | None]) -> None:
+        ledger = self.ledger
+        todo = {
+            tp: offset
+            for tp, offset in committed.items()
+            if self.is_input(tp) and not ledger.begun(tp.topic, tp.partition)
+        }
+        unknown = [tp for tp, offset in todo.items() if not offset]
+        starts = dict(await self.earliest_offsets(*unknown)) if unknown else {}
+        for tp, offset in todo.items():
+            start = offset if offset else starts.get(tp, 0)
+            ledger.begin(tp.topic, tp.partition, int(start))
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        await super().on_partitions_revoked(revoked)  # commits what was handled first
+        for tp in revoked:
+            self.ledger.forget(tp.topic, tp.partition)
+
+    # After every flow resume: fetch again from the lowest offset not handled (failure 1).
+
+    def resume_flow(self) -> None:
+        super().resume_flow()
+        self.add_future(self._realign())
+
+    async def _realign(self) -> None:
+        ledger = self.ledger
+        fetching = [
+            tp
+            for tp in self.assignment()
+            if self.is_input(tp) and tp not in self._paused_partitions
+        ]
+        if not fetching:
+            return
+        try:
+            if not all(ledger.begun(tp.topic, tp.partition) for tp in fetching):
+                await self.perform_seek()  # the committed offsets (see seek_to_committed)
+            for tp in fetching:
+                offset = ledger.next_offset(tp.topic, tp.partition)
+                if offset is not None and tp in self.assignment():
+                    await self.seek(tp, offset)
+        except Exception as exc:  # a rebalance meanwhile: its own resume realigns again
+            log.warning("could not seek back to the lowest offsets not handled: %r", exc)
+
+    # For the stall watch.
+
+    def fetch_state(self, tp: TP) -> FetchState:
+        """Is Faust fetching ``tp``? A partition whose stream buffer filled up is taken out
+        of the fetch set (`on_buffer_full`) and put back when the buffer drains
+        (`on_buffer_drop`); a buffer cleared by a flow resume never drains, so the
+        partition can stay out for good."""
+        return FetchState(
+            fetched=tp in self._get_active_partitions(),
+            paused=tp in self._paused_partitions,
+            buffered=tp in self._buffered_partitions,
+        )
+
+    def resume_fetching(self, tp: TP) -> None:
+        """Put ``tp`` back into Faust's fetch set (see `fetch_state`)."""
+        self._buffered_partitions.discard(tp)
+        self.resume_partitions([tp])
+
+
+@dataclass(frozen=True, slots=True)
+class FetchState:
+    fetched: bool
+    paused: bool
+    buffered: bool
+
+
+def restore_progress(app: faust.App) -> dict[TP, tuple[int | None, int]]:
+    """While ``app`` restores its tables: changelog partition -> (offset restored so far,
+    records still to read). A changelog partition recovery waits for and reads nothing of
+    holds every stream (faust-streaming issues 597, 651)."""
+    recovery = app.tables.recovery  # type: ignore[attr-defined]
+    return {
+        tp: (recovery.active_offsets.get(tp), behind)
+        for tp, behind in recovery.active_remaining().items()
+    }
+
+
+class _Transport(faust_aiokafka.Transport):
+    Consumer = LedgerConsumer
+
+
+class OffsetsApp(faust.App):  # type: ignore[misc]
+    """A faust.App whose commits follow ``ledger`` (its agents read with `records` and
+    `account` every record). A subclass with its own transport gives it a `LedgerConsumer`."""
+
+    def __init__(
+        self,
+        *args: Any,
+        ledger: OffsetLedger | None = None,
+        fetch_wait_ms: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.ledger = ledger if ledger is not None else OffsetLedger()
+        self.fetch_wait_ms = fetch_wait_ms
+        super().__init__(*args, **kwargs)
+
+    def _new_transport(self) -> TransportT:
+        return _Transport(self.conf.broker_consumer, self)
+
+
+async def records(stream: faust.StreamT, ledger: OffsetLedger) -> AsyncIterator[faust.EventT]:
+    """The stream's events, less the records ``ledger`` accounted for already (delivered
+    again after a seek back)."""
+    async for event in stream.events():
+        message = event.message
+        if not ledger.accounted(message.topic, message.partition, message.offset):
+            yield event
+
+
+def account(ledger: OffsetLedger, message: Any, outcome: Outcome) -> None:
+    """What became of the record ``message`` (a Faust message)."""
+    ledger.account(message.topic, message.partition, message.offset, outcome)
