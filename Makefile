@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench clean
+.PHONY: demo flower-demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/venn demo
+
+# Venn schedules Flower: a private Venn stack, a SuperLink, 8 SuperNodes, 3 concurrent runs.
+flower-demo: $(STAMP)
+	$(VENV)/bin/python examples/flower/demo.py
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

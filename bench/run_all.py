@@ -56,6 +56,8 @@ BENCHES = (
           "tens of minutes"),
     Bench("bound_slot_bench.py", "the optimality bound's LP against its slot length", None,
           "up to an hour"),
+    Bench("flower_bench.py", "three Flower runs on eight SuperNodes: Venn against Flower "
+          "alone", None, "about 20 minutes"),
 )  # fmt: skip
 
 

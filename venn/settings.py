@@ -209,6 +209,33 @@ class CliSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class FlowerSettings:
+    """A Flower SuperNode's side of `venn.integrations.flower`: what its launcher
+    (`python -m venn.integrations.flower.supernode`) reads and passes to the ClientApps."""
+
+    gateway_url: str = setting(
+        "VENN_GATEWAY_URL",
+        "",
+        "The Venn gateway a SuperNode checks in to and its ClientApps report results to (the "
+        "launcher's --gateway; a node config key venn-gateway overrides it).",
+    )
+    device_token: str = setting(
+        "VENN_DEVICE_TOKEN",
+        "",
+        "The node's device token (the launcher's --device-token; it sets it for the "
+        "ClientApps after enrolling).",
+        secret=True,
+    )
+    enroll_token: str = setting(
+        "VENN_ENROLL_TOKEN",
+        "",
+        "The enrol token a SuperNode's launcher enrols its device with when it has no device "
+        "token (--enroll-token); never passed on to the ClientApps.",
+        secret=True,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class LoadtestSettings:
     """The Locust load test (`loadtest/locustfile.py`), read in every Locust process."""
 
@@ -413,6 +440,9 @@ class Settings:
         default_factory=SchedulerSettings, metadata={"section": SchedulerSettings}
     )
     cli: CliSettings = field(default_factory=CliSettings, metadata={"section": CliSettings})
+    flower: FlowerSettings = field(
+        default_factory=FlowerSettings, metadata={"section": FlowerSettings}
+    )
     loadtest: LoadtestSettings = field(
         default_factory=LoadtestSettings, metadata={"section": LoadtestSettings}
     )
@@ -648,6 +678,13 @@ def _walk(obj: Any, section_name: str = "") -> list[SettingDoc]:
     return docs
 
 
+def env_name(section_name: str, name: str) -> str:
+    """The environment variable of a setting (``env_name("flower", "gateway_url")``), for
+    a process that passes it to a child it starts."""
+    cls = Settings.__dataclass_fields__[section_name].metadata["section"]
+    return str(cls.__dataclass_fields__[name].metadata["env"])
+
+
 def describe(settings: Settings | None = None) -> list[SettingDoc]:
     """Every setting, sections included, with its env var, default, doc and its value in
     ``settings`` (default: the defaults); for docs/configuration.md and `venn config`."""
@@ -659,6 +696,7 @@ SECTION_TITLES = {
     "gateway": "Gateway",
     "scheduler": "Scheduler",
     "cli": "Command line",
+    "flower": "Flower integration",
     "loadtest": "Load test",
     "kafka_passwords": "Kafka principals' passwords",
 }

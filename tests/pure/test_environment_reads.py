@@ -20,16 +20,42 @@ SETTINGS = frozenset(d.env for d in describe())
 READERS = ("get", "pop", "setdefault", "getenv")
 
 
-def _is_environ(node: ast.AST) -> bool:
-    """``os.environ``, ``environ`` (imported from os)."""
-    text = ast.unparse(node)
-    return text in ("os.environ", "environ")
+PROCESS_ENV = ("os.environ", "environ")
+ENV_NAMES = (*PROCESS_ENV, "env", "environment")
+"""In product code, also the names a module binds the environment to (``env = os.environ
+if environ is None else environ``); a test's ``env`` is often a mapping of its own."""
 
 
-def environment_reads(source: str) -> list[tuple[int, str]]:
-    """(line, variable) of every read of a literal VENN_ name from the process environment:
+def venn_constants(source: str) -> dict[str, str]:
+    """Module-level ``NAME = "VENN_..."`` constants (a variable's name kept in a constant)."""
+    found = {}
+    for node in ast.parse(source).body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and node.value.value.startswith("VENN_")
+        ):
+            found[node.targets[0].id] = node.value.value
+    return found
+
+
+def environment_reads(
+    source: str,
+    constants: dict[str, str] | None = None,
+    env_names: tuple[str, ...] = ENV_NAMES,
+) -> list[tuple[int, str]]:
+    """(line, variable) of every read of a VENN_ variable from the process environment:
     ``os.environ.get("VENN_X")``, ``os.environ["VENN_X"]``, ``os.getenv("VENN_X")``,
-    ``"VENN_X" in os.environ``."""
+    ``"VENN_X" in os.environ``, also through a mapping named ``env`` or ``environ`` and with
+    the name in a constant (``constants``, and this module's own)."""
+    known = {**(constants or {}), **venn_constants(source)}
+
+    def _is_environ(node: ast.AST) -> bool:
+        return ast.unparse(node) in env_names
+
     found = []
     for node in ast.walk(ast.parse(source)):
         names: list[ast.expr] = []
@@ -48,12 +74,11 @@ def environment_reads(source: str) -> list[tuple[int, str]]:
             if membership and any(_is_environ(c) for c in node.comparators):
                 names = [node.left]
         for name in names:
-            if (
-                isinstance(name, ast.Constant)
-                and isinstance(name.value, str)
-                and name.value.startswith("VENN_")
-            ):
-                found.append((name.lineno, name.value))
+            value = name.value if isinstance(name, ast.Constant) else None
+            if isinstance(name, ast.Name):
+                value = known.get(name.id)
+            if isinstance(value, str) and value.startswith("VENN_"):
+                found.append((name.lineno, value))
     return found
 
 
@@ -61,11 +86,16 @@ def python_files(*tops: str) -> list[Path]:
     return [p for top in tops for p in sorted((ROOT / top).rglob("*.py")) if p != HOME]
 
 
+def product_constants() -> dict[str, str]:
+    return {k: v for p in python_files(*PRODUCT) for k, v in venn_constants(p.read_text()).items()}
+
+
 def test_product_code_reads_no_venn_variable_outside_settings() -> None:
+    constants = product_constants()
     reads = {
         str(p.relative_to(ROOT)): found
         for p in python_files(*PRODUCT)
-        if (found := environment_reads(p.read_text()))
+        if (found := environment_reads(p.read_text(), constants))
     }
     assert reads == {}, "read these through venn.settings (a field declared once, with its doc)"
 
@@ -74,7 +104,13 @@ def test_no_test_reads_a_setting_from_the_environment() -> None:
     reads = {
         str(p.relative_to(ROOT)): found
         for p in python_files("tests")
-        if (found := [r for r in environment_reads(p.read_text()) if r[1] in SETTINGS])
+        if (
+            found := [
+                r
+                for r in environment_reads(p.read_text(), env_names=PROCESS_ENV)
+                if r[1] in SETTINGS
+            ]
+        )
     }
     assert reads == {}
 
@@ -86,13 +122,18 @@ def test_the_settings_module_is_where_they_are_read() -> None:
         'a = os.environ.get("VENN_A")\nb = os.environ["VENN_B"]\nc = os.getenv("VENN_C")\n'
         'd = "VENN_D" in os.environ\ne = environ.get("VENN_E", "")\nf = getenv("VENN_F")\n'
         'os.environ["VENN_G"] = "1"\nh = os.environ.get("HOME")\n'
+        'NAME = "VENN_H"\ndef f(environ=None):\n'
+        "    env = os.environ if environ is None else environ\n"
+        "    return env.get(NAME), os.environ.get(OTHER)\n"
     )
-    assert [name for _, name in environment_reads(source)] == [
+    assert [name for _, name in environment_reads(source, {"OTHER": "VENN_I"})] == [
         "VENN_A",
         "VENN_B",
         "VENN_C",
         "VENN_D",
         "VENN_E",
         "VENN_F",
+        "VENN_H",
+        "VENN_I",
     ]
     assert "os.environ" in HOME.read_text()

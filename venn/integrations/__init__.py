@@ -1,0 +1,1 @@
+"""Adapters that let other federated-learning frameworks use Venn as their scheduler."""
