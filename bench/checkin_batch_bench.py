@@ -24,7 +24,7 @@ pipeline), lease messages and the deciding core's table compiles.
 
 The core alone is measured too: `Scheduler.checkin` per check-in against
 `Scheduler.checkin_batch`, on the same slots and tiers. CPU time (process_time), median of
-the repeats. Prints a table and writes docs/bench/checkin_batch.json.
+the repeats. Prints a table and writes docs/results/bench/checkin_batch.json.
 
     .venv/bin/python bench/checkin_batch_bench.py [--checkins 50000] [--repeats 5]
 """
@@ -52,7 +52,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.scheduler.config import SchedulerConfig  # noqa: E402
 from services.scheduler.leases import (  # noqa: E402
     OWNER_KINDS,
     LeasedCheckins,
@@ -65,9 +64,9 @@ from venn.checkin_columns import AttrsCache, checkin_columns  # noqa: E402
 from venn.core import make_scheduler  # noqa: E402
 from venn.core.lease import LeaseRule  # noqa: E402
 from venn.core.model import JobSpec, Requirement  # noqa: E402
-from venn.settings import Settings  # noqa: E402
+from venn.settings import SchedulerSettings  # noqa: E402
 
-JSON_OUT = ROOT / "docs" / "bench" / "checkin_batch.json"
+JSON_OUT = ROOT / "docs" / "results" / "bench" / "checkin_batch.json"
 BATCH = 128
 DEMAND = 250
 GOAL_US = 5.0
@@ -133,8 +132,7 @@ class Worker:
     holding every partition, its lease messages delivered in process, in order)."""
 
     def __init__(self, leased: bool) -> None:
-        settings = Settings(topic_partitions=PARTITIONS)
-        self.config = SchedulerConfig(settings=settings, policy="venn", leased=leased)
+        self.config = SchedulerSettings(policy="venn", mode="leased" if leased else "single")
         self.jobs, self.rounds, self.lease = CountingTable(), CountingTable(), CountingTable()
         self.state = SchedulerState(self.config, self.jobs, self.rounds)
         self.replica: Replica | None = None

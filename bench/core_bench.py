@@ -1,6 +1,6 @@
 """Core benchmarks: plan recompute time and check-in decisions per second.
 
-Prints a table and writes docs/bench/core.json. Baselines in the same run: the FIFO
+Prints a table and writes docs/results/bench/core.json. Baselines in the same run: the FIFO
 policy (no plan, the same compile machinery) next to Venn's IRS plan, on the same jobs
 and devices. Only the core's public entry points are used: a plan event is a round
 closing or a round being requested, followed by the next check-in's table.
@@ -25,7 +25,7 @@ from rich.table import Table
 from venn.core import JobSpec, Requirement, Scheduler, make_scheduler
 from venn.core.irs import irs_plan
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "core.json"
+OUT = Path(__file__).resolve().parent.parent / "docs" / "results" / "bench" / "core.json"
 SIZES = ((100, 10), (100, 100), (1000, 10), (1000, 100))
 MOVING = 5  # check-ins between two plan events in the moving-window columns
 
@@ -133,6 +133,7 @@ def checkin_rate(policy: str, n: int = 50_000) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5, help="best of this many runs")
+    ap.add_argument("--no-write", action="store_true", help=f"print only (not {OUT.name})")
     args = ap.parse_args()
     plans: list[dict[str, object]] = []
     rates_by_policy: dict[str, float] = {}
@@ -203,8 +204,9 @@ def main() -> None:
         compiles_by_policy[policy] = c
         rates.add_row(policy, f"{r:,.0f}", f"{c:.1f}")
     Console().print(rates)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(results, indent=1))
+    if not args.no_write:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 For each policy, runs the whole pipeline (`run_demo`: broker, Faust scheduler, recorder,
 coordinators, device fleet) and the simulator on the same jobs and the same synthetic
-trace, and prints both average JCTs (trace seconds). Writes docs/bench/fidelity.json.
+trace, and prints both average JCTs (trace seconds). Writes docs/results/bench/fidelity.json.
 
     python bench/fidelity_bench.py --jobs 6 --rate 1.0 --arrival-scale 0.01 --speedup 12
 
@@ -30,7 +30,7 @@ from venn.sim.runner import tier_model
 from venn.stack.demo import DemoConfig, run_demo
 from venn.traces.devices import load_device_profiles
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "fidelity.json"
+OUT = Path(__file__).resolve().parent.parent / "docs" / "results" / "bench" / "fidelity.json"
 
 
 def simulate(jobs, policy: str, rate: float, trace_seed: int, seed: int) -> float | None:

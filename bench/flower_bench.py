@@ -15,7 +15,7 @@ failed (a node that lacks the run's requirement). The scenario is
     .venv/bin/python bench/flower_bench.py                 # 3 arms x 1 repeat, ~20 min
     .venv/bin/python bench/flower_bench.py --repeats 3 --arms venn,flower
 
-Writes docs/bench/flower.json (every run of every repeat) and prints a markdown table.
+Writes docs/results/bench/flower.json (every run of every repeat) and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 from venn.integrations.flower.testbed.report import tasks_overlapping  # noqa: E402
 from venn.integrations.flower.testbed.scenario import ARMS, RUNS, ArmResult, run_arm  # noqa: E402
 
-OUT = ROOT / "docs" / "bench" / "flower.json"
+OUT = ROOT / "docs" / "results" / "bench" / "flower.json"
 """--work-scale S writes flower-xS.json beside it."""
 
 

@@ -13,8 +13,8 @@ against the 2 s bound (issue 12, defect 8). The table gives, per status, answers
 maximum and the answers later than the bound, as the device saw them (from the intended
 send time) and as the gateway measured them (from each check-in's arrival); the
 difference is time outside the gateway (the generator's own starvation, the kernel).
-Writes docs/bench/gateway_bound.json and the table between the `bench:gateway-bound`
-markers of docs/performance.md.
+Writes docs/results/bench/gateway_bound.json and the table between the `bench:gateway-bound`
+markers of docs/results/gateway_bound.md.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import pipeline_bench as pb  # noqa: E402
 
-JSON_OUT = ROOT / "docs" / "bench" / "gateway_bound.json"
-DOC = ROOT / "docs" / "performance.md"
+JSON_OUT = ROOT / "docs" / "results" / "bench" / "gateway_bound.json"
+DOC = ROOT / "docs" / "results" / "gateway_bound.md"
 RATES = (200.0, 2400.0)
 STEP_S = 8.0
 HOGS = 2

@@ -5,13 +5,13 @@ Each Table 1 workload (50 jobs, rounds and arrival gaps x0.1, the workload's own
 horizon ``venn reproduce`` uses) runs under the single-worker simulator and under
 ``venn.sim.partitioned`` with P partitions, once per lease delay given. The figure is the
 censored mean JCT (every job, an unfinished one counting the common horizon minus its
-arrival; equal to the plain mean when every job finishes), as in docs/reproduction.md.
+arrival; equal to the plain mean when every job finishes), as in docs/results/reproduction.md.
 
     python bench/partitions_bench.py --partitions 12 --delays 0.5
 
 The lease rule is ``LeaseRule``'s default unless given (``--initial-share``,
 ``--low-water``, ``--in-flight``, ``--recall-when-empty``; ``--no-backstop`` for leases
-only). Writes docs/bench/partitions.json; docs/scaling.md reports it.
+only). Writes docs/results/bench/partitions.json; docs/notes/scaling.md reports it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from venn.sim.runner import DAY_S, horizon_of, scale_jobs, scaled_horizon, tier_
 from venn.traces.devices import load_device_profiles
 from venn.workloads import load_workload
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "partitions.json"
+OUT = Path(__file__).resolve().parent.parent / "docs" / "results" / "bench" / "partitions.json"
 GOAL = 0.03  # issue 13: within 3% of the single-worker average JCT
 
 

@@ -8,7 +8,7 @@ Tansu, in one run.
 
 Everything runs on loopback; every phase starts a broker of its own (Apache Kafka 4.x from
 its jars in a fresh temp dir, or Tansu in memory). Prints a table, writes
-docs/bench/pipeline.json and the tables + command into docs/performance.md (between the
+docs/results/bench/pipeline.json and the tables + command into docs/results/pipeline.md (between the
 `<!-- bench:pipeline -->` markers).
 
 1. Raw broker, on Kafka and on Tansu (aiokafka, this process): produce with `send()` (acks=1
@@ -62,8 +62,8 @@ if str(ROOT) not in sys.path:
 
 import msgspec  # noqa: E402
 
-JSON_OUT = ROOT / "docs" / "bench" / "pipeline.json"
-DOC = ROOT / "docs" / "performance.md"
+JSON_OUT = ROOT / "docs" / "results" / "bench" / "pipeline.json"
+DOC = ROOT / "docs" / "results" / "pipeline.md"
 MARK_BEGIN = "<!-- bench:pipeline begin -->"
 MARK_END = "<!-- bench:pipeline end -->"
 WAIT_S = 2.0
@@ -1113,7 +1113,7 @@ def write_doc(
     doc: Path = DOC,
     begin: str = MARK_BEGIN,
     end: str = MARK_END,
-    title: str = "# Performance",
+    title: str = "# Pipeline benchmark (generated)",
 ) -> None:
     """Put `markdown` between the markers of `doc` (appended, with the markers, if absent)."""
     block = f"{begin}\n{markdown}\n{end}"

@@ -1,4 +1,4 @@
-"""The derived figures that the analysis of docs/reproduction.md quotes, from the report's
+"""The derived figures that the analysis of docs/results/reproduction.md quotes, from the report's
 JSON (no simulation): per workload the job mix and its demand on the fleet, and per
 policy the unfinished jobs, failed rounds and wasted work behind its mean JCT.
 
@@ -152,7 +152,7 @@ def supply_lines(workload: str = "even", days: float = 1.0) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("docs"))
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--supply", action="store_true", help="also the trace's tier shares")
     args = parser.parse_args()
     if args.supply:

@@ -25,7 +25,7 @@ from venn.sim.engine import SimConfig
 from venn.sim.runner import horizon_of, run_jobs, trace_for
 from venn.workloads import load_workload
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "bench" / "sim.json"
+OUT = Path(__file__).resolve().parent.parent / "docs" / "results" / "bench" / "sim.json"
 
 
 def timed(workload: str, policy: str, scale: float, mode: str) -> dict[str, float]:
@@ -54,6 +54,7 @@ def main() -> None:
     ap.add_argument("--policy", default="venn")
     ap.add_argument("--rounds-scale", type=float, default=1.0)
     ap.add_argument("--baseline-scale", type=float, default=0.01)
+    ap.add_argument("--no-write", action="store_true", help=f"print only (not {OUT.name})")
     args = ap.parse_args()
     rows = {
         f"event, rounds x{args.baseline_scale}": timed(
@@ -94,8 +95,11 @@ def main() -> None:
         )
     Console().print(table)
     Console().print(f"peak RSS of the process: {peak_mb:,.0f} MB")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"args": vars(args), "runs": rows, "peak_rss_mb": peak_mb}, indent=1))
+    if not args.no_write:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        given = {k: v for k, v in vars(args).items() if k != "no_write"}
+        run = {"args": given, "runs": rows, "peak_rss_mb": peak_mb}
+        OUT.write_text(json.dumps(run, indent=1))
 
 
 if __name__ == "__main__":

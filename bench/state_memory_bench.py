@@ -8,8 +8,8 @@ round table (a row per read-back assignment batch of 128). Each job registers an
 round of demand D; check-in batches of distinct devices fill every round, and the worker
 reads its assignment batches back. Python heap measured with tracemalloc after a full
 collection; the baseline is the small fleet of the same run (100 jobs), the target 1,000
-jobs (issue 13 item 7). Prints a table and writes docs/bench/state_memory.json, which
-docs/scaling.md's capacity formula reads.
+jobs (issue 13 item 7). Prints a table and writes docs/results/bench/state_memory.json, which
+docs/notes/scaling.md's capacity formula reads.
 """
 
 from __future__ import annotations
@@ -27,12 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from services.scheduler.config import SchedulerConfig  # noqa: E402
 from services.scheduler.state import SchedulerState  # noqa: E402
 from venn import events as ev  # noqa: E402
-from venn.settings import Settings  # noqa: E402
+from venn.settings import SchedulerSettings  # noqa: E402
 
-JSON_OUT = ROOT / "docs" / "bench" / "state_memory.json"
+JSON_OUT = ROOT / "docs" / "results" / "bench" / "state_memory.json"
 POINTS = ((100, 100), (1_000, 100), (1_000, 250))
 """(jobs, demand per round): every round full, so jobs x demand devices hold assignments."""
 BATCH = 128
@@ -45,9 +44,7 @@ def fill(jobs: int, demand: int) -> dict[str, Any]:
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    state = SchedulerState(
-        SchedulerConfig(settings=Settings(), policy="venn"), jobs_table, rounds_table
-    )
+    state = SchedulerState(SchedulerSettings(policy="venn"), jobs_table, rounds_table)
     state.ensure_loaded(now)
     for j in range(jobs):
         job_id = f"job-{j:05d}"

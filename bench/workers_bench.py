@@ -28,7 +28,7 @@ whole run; every topic has 12 partitions, so that 1, 2 and 3 workers share them 
    worker process from /proc, over the same window, divided by the check-ins produced.
    The repeat with the median rate is kept; every repeat is listed.
 
-Writes docs/bench/workers.json and a section of docs/scaling.md (between the
+Writes docs/results/bench/workers.json and a section of docs/results/workers.md (between the
 `<!-- bench:workers -->` markers).
 """
 
@@ -70,8 +70,8 @@ from bench.pipeline_bench import (  # noqa: E402
     write_doc,
 )
 
-JSON_OUT = ROOT / "docs" / "bench" / "workers.json"
-DOC = ROOT / "docs" / "scaling.md"
+JSON_OUT = ROOT / "docs" / "results" / "bench" / "workers.json"
+DOC = ROOT / "docs" / "results" / "workers.md"
 MARK_BEGIN = "<!-- bench:workers begin -->"
 MARK_END = "<!-- bench:workers end -->"
 PARTITIONS = 12
@@ -326,7 +326,7 @@ async def setup_phase(
     keep: Path | None = None,
 ) -> dict[str, Any]:
     from loadtest.stack import LoadStack, StackConfig
-    from services.scheduler.app import changelog_topics
+    from venn.broker import topics
 
     started = time.monotonic()
     config = StackConfig(
@@ -385,7 +385,7 @@ async def setup_phase(
             for b, a in zip(before, after, strict=True)
         ]
         assert stack.settings is not None
-        changelogs = changelog_topics(stack.settings)
+        changelogs = topics.scheduler_changelogs(stack.settings.app_id)
     ranked = sorted(runs, key=lambda r: r["rate"])
     out["run"] = ranked[len(ranked) // 2]
     out["rate_repeats"] = [r["rate"] for r in runs]
@@ -437,7 +437,7 @@ def report_markdown(r: dict[str, Any]) -> str:
         f"({meta['other_note']}). Topics of {PARTITIONS} partitions; {meta['plan']['checkins']:,} "
         f"check-ins per repeat in CheckinBatch messages of {BATCH}, {DEMAND} demand per job, "
         f"demand for {HEADROOM}x the check-ins; median of {meta['plan']['repeats']} repeats "
-        "(all listed in docs/bench/workers.json).",
+        "(all listed in docs/results/bench/workers.json).",
         "",
         "Raw broker consume (aiokafka `getmany`, one consumer in the bench process, median "
         "of 3 reads):",
@@ -640,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"\nwrote {args.out}")
         if args.out.resolve() == JSON_OUT.resolve():
-            write_doc(markdown, DOC, MARK_BEGIN, MARK_END, "# Scaling")
+            write_doc(markdown, DOC, MARK_BEGIN, MARK_END, "# Scheduler workers (generated)")
             print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
 

@@ -1,6 +1,16 @@
 """Locust users that emulate a fleet of millions of devices against Venn.
 
-- `DeviceUser` (HTTP): one Locust user stands for many devices. Each check-in draws a
+    venn up                                   # or any deployment; then, beside it:
+    locust -f loadtest/locustfile.py --host http://127.0.0.1:8080 --processes 2
+
+Settings come from the environment (the load test section of `venn.settings`,
+VENN_LOADTEST_*; docs/configuration.md), and beside `venn up` from its run dir (the broker,
+the Kafka credentials of the `devices` principal, and the secret an enrol token is minted
+with). Elsewhere give an enrol token: `VENN_LOADTEST_ENROLL_TOKEN=$(venn token enroll)`.
+
+- `DeviceUser` (HTTP, Locust's FastHttpUser): one Locust user stands for many devices. A
+  device enrols (`POST /v1/devices` with the enrol token) before its first check-in, and
+  checks in and uploads results with its own device token. Each check-in draws a
   device id uniformly from a population of `VENN_LOADTEST_POPULATION` (default 5 million);
   the device's attributes are those of its paper profile (`venn.traces.devices`, profile
   = id % 959) and its speed/bandwidth come from the synthetic trace's per-device capacity
@@ -14,10 +24,11 @@
   are ineligible for every tier unless `VENN_LOADTEST_KAFKA_ELIGIBLE=1` (see below).
 
 Answers are reported under distinct names (`/v1/checkin [assigned]`, `[no_open_round]`,
-`[no_assignment]`, `[overloaded]`); a request fails if it gets anything but a valid
-answer, or gets it later than the gateway's bound (`VENN_GATEWAY_WAIT_S`) plus 1 s.
+`[no_assignment]`, `[overloaded]`; enrolments as `/v1/devices [enrol]`); a request fails if
+it gets anything but a valid answer, or gets it later than the gateway's bound
+(`VENN_GATEWAY_WAIT_S`) plus 1 s.
 
-Run it through `loadtest/run.py`, which starts the embedded stack first.
+`loadtest/run.py` starts a secured embedded stack first and runs Locust against it.
 """
 
 from __future__ import annotations
@@ -32,7 +43,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import gevent
-from locust import HttpUser, User, events, task
+from locust import User, events, task
+from locust.contrib.fasthttp import FastHttpUser
 from locust.env import Environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,8 +55,11 @@ import numpy as np  # noqa: E402
 from confluent_kafka import KafkaException, Producer  # noqa: E402
 
 from venn import events as ev  # noqa: E402
+from venn.auth import Tokens  # noqa: E402
 from venn.broker import topics  # noqa: E402
+from venn.broker.security import librdkafka_options  # noqa: E402
 from venn.core.capacity import measures_of  # noqa: E402
+from venn.settings import Settings  # noqa: E402
 from venn.traces.checkins import (  # noqa: E402
     DAY_S,
     DIURNAL_AMPLITUDE,
@@ -53,24 +68,37 @@ from venn.traces.checkins import (  # noqa: E402
 )
 from venn.traces.devices import load_device_profiles  # noqa: E402
 
-POPULATION = int(os.environ.get("VENN_LOADTEST_POPULATION", "5000000"))
-DAY_WALL_S = float(os.environ.get("VENN_LOADTEST_DAY_S", "120"))
-START_HOUR = float(os.environ.get("VENN_LOADTEST_START_HOUR", "18"))
-PEAK_RATE = float(os.environ.get("VENN_LOADTEST_PEAK_RATE", "4"))
-"""Check-ins per second of one HTTP user at the diurnal peak."""
-KAFKA_PEAK_RATE = float(os.environ.get("VENN_LOADTEST_KAFKA_PEAK_RATE", "200"))
-"""Check-ins per second of one Kafka user at the diurnal peak."""
-KAFKA_USERS = int(os.environ.get("VENN_LOADTEST_KAFKA_USERS", "1"))
-KAFKA_ELIGIBLE = os.environ.get("VENN_LOADTEST_KAFKA_ELIGIBLE", "0") == "1"
-"""By default the Kafka user's devices have the profiles no requirement tier admits: they
-load the broker and the scheduler's decision path but take no demand from the HTTP
-devices (they never upload results, so they would hold every round until its deadline)."""
+SETTINGS = Settings.from_env()
+LOAD = SETTINGS.loadtest
+POPULATION = LOAD.population
+DAY_WALL_S = LOAD.day_s
+START_HOUR = LOAD.start_hour
+PEAK_RATE = LOAD.peak_rate
+KAFKA_PEAK_RATE = LOAD.kafka_peak_rate
+KAFKA_USERS = LOAD.kafka_users
+KAFKA_ELIGIBLE = LOAD.kafka_eligible
 TASK_S = (0.2, 1.5)
 """Wall-clock task time of an assigned device (compressed), uniform in this range."""
 FAILURE_RATE = 0.05
-WAIT_BOUND_S = float(os.environ.get("VENN_GATEWAY_WAIT_S", "2.0"))
-BROKER = os.environ.get("VENN_BROKER", "127.0.0.1:9092")
-SEED = int(os.environ.get("VENN_SEED", "0"))
+WAIT_BOUND_S = SETTINGS.gateway.wait_s
+SEED = SETTINGS.scheduler.seed
+ENROLL_TOKEN_TTL_S = 7 * 86400.0
+MAX_TOKENS = 200_000
+"""Device tokens a Locust process keeps (the oldest enrolments are forgotten first)."""
+
+
+def enroll_token(settings: Settings = SETTINGS) -> str:
+    """The enrol token devices enrol with: VENN_LOADTEST_ENROLL_TOKEN, else one minted with
+    the auth secret this process has (beside `venn up`, its run dir's), else "" (a gateway
+    without authentication)."""
+    if settings.loadtest.enroll_token:
+        return settings.loadtest.enroll_token
+    if settings.auth_enabled:
+        return Tokens(settings.auth_secret).issue("enroll", "locust", ttl_s=ENROLL_TOKEN_TTL_S)
+    return ""
+
+
+ENROLL_TOKEN = enroll_token()
 
 PROFILES = load_device_profiles()
 _started = time.monotonic()
@@ -105,10 +133,15 @@ def device(number: int, untiered: bool = False) -> tuple[str, dict[str, float], 
     return f"dev-{number:09d}", reported, speed, bandwidth
 
 
-class DeviceUser(HttpUser):
-    """Many devices behind one user: check-ins over HTTP, results for assignments."""
+class DeviceUser(FastHttpUser):
+    """Many devices behind one user: enrolment, check-ins over HTTP, results for
+    assignments."""
 
     weight = 10
+    network_timeout = WAIT_BOUND_S + 5.0
+    connection_timeout = WAIT_BOUND_S + 5.0
+    tokens: ClassVar[dict[str, str]] = {}
+    """Device id -> its device token, shared by the users of this process."""
 
     def wait_time(self) -> float:
         return paced(PEAK_RATE)
@@ -117,11 +150,52 @@ class DeviceUser(HttpUser):
         self.due: list[tuple[float, int, dict[str, Any]]] = []
         self.seq = 0
 
+    def headers(self, device_id: str) -> dict[str, str] | None:
+        """The device's Authorization header, enrolling it first if it has no token yet;
+        {} without authentication; None when its enrolment failed (reported)."""
+        if not ENROLL_TOKEN:
+            return {}
+        token = self.tokens.get(device_id)
+        if token is None:
+            token = self.enroll(device_id)
+            if token is None:
+                return None
+            if len(self.tokens) >= MAX_TOKENS:
+                del self.tokens[next(iter(self.tokens))]
+            self.tokens[device_id] = token
+        return {"Authorization": f"Bearer {token}"}
+
+    def enroll(self, device_id: str) -> str | None:
+        with self.client.post(
+            "/v1/devices",
+            json={"device_id": device_id},
+            headers={"Authorization": f"Bearer {ENROLL_TOKEN}"},
+            name="/v1/devices [enrol]",
+            catch_response=True,
+        ) as response:
+            if response.status_code == 201:
+                try:
+                    token = response.json()["token"]
+                except (ValueError, KeyError, TypeError):
+                    response.failure(f"no token in {_text(response)[:200]!r}")
+                    return None
+                response.success()
+                return str(token)
+            if response.status_code == 429:
+                response.success()  # a valid answer: the device enrols later
+                response.request_meta["name"] = "/v1/devices [overloaded]"
+                return None
+            response.failure(f"{response.status_code}: {_text(response)[:200]}")
+            return None
+
     @task
     def checkin(self) -> None:
         self.upload_due_results()
         number = random.randrange(POPULATION)
         device_id, attrs, speed, bandwidth = device(number)
+        headers = self.headers(device_id)
+        if headers is None:
+            return
         body = {
             "device_id": device_id,
             "attrs": attrs,
@@ -131,9 +205,9 @@ class DeviceUser(HttpUser):
         with self.client.post(
             "/v1/checkin",
             json=body,
+            headers=headers,
             name="/v1/checkin",
             catch_response=True,
-            timeout=WAIT_BOUND_S + 5.0,
         ) as response:
             outcome = self._judge(response)
             response.request_meta["name"] = f"/v1/checkin [{outcome[0]}]"
@@ -162,7 +236,7 @@ class DeviceUser(HttpUser):
         try:
             payload = response.json()
         except Exception:
-            return f"http {response.status_code}", f"not JSON: {response.text[:100]!r}", {}
+            return f"http {response.status_code}", f"not JSON: {_text(response)[:100]!r}", {}
         if not isinstance(payload, dict):
             return "bad", "answer is not an object", {}
         if elapsed > WAIT_BOUND_S + 1.0:
@@ -177,7 +251,7 @@ class DeviceUser(HttpUser):
             if not isinstance(retry, int) or retry < 0:
                 return reason, "no retry_after", payload
             return reason, None, payload
-        return f"http {status}", f"unexpected answer {status}: {response.text[:200]}", payload
+        return f"http {status}", f"unexpected answer {status}: {_text(response)[:200]}", payload
 
     def upload_due_results(self) -> None:
         now = time.monotonic()
@@ -186,9 +260,9 @@ class DeviceUser(HttpUser):
             with self.client.post(
                 "/v1/results",
                 json=result,
+                headers=self.headers(result["device_id"]) or {},
                 name="/v1/results",
                 catch_response=True,
-                timeout=WAIT_BOUND_S + 5.0,
             ) as response:
                 if response.status_code == 202:
                     response.success()
@@ -196,7 +270,11 @@ class DeviceUser(HttpUser):
                     response.success()  # a valid answer: the device retries later
                     response.request_meta["name"] = "/v1/results [overloaded]"
                 else:
-                    response.failure(f"{response.status_code}: {response.text[:200]}")
+                    response.failure(f"{response.status_code}: {_text(response)[:200]}")
+
+
+def _text(response: Any) -> str:
+    return str(response.text or "")
 
 
 class KafkaCheckinUser(User):
@@ -212,9 +290,11 @@ class KafkaCheckinUser(User):
     @classmethod
     def producer(cls) -> Producer:
         if cls._producer is None:
+            devices = SETTINGS.for_role("devices")
             cls._producer = Producer(
                 {
-                    "bootstrap.servers": BROKER,
+                    **librdkafka_options(devices.kafka_credentials),
+                    "bootstrap.servers": devices.broker,
                     "client.id": f"venn-locust-{os.getpid()}",
                     "acks": 1,
                     "linger.ms": 5,

@@ -1,12 +1,16 @@
 """Run the Locust load test headless, for a bounded time, against an embedded stack.
 
-    .venv/bin/python loadtest/run.py --duration 60 --users 50 --kafka-users 1
+    .venv/bin/python loadtest/run.py --duration 60 --users 50 --kafka-users 1 --processes 2
 
-Starts broker + scheduler + gateway + coordinators (`loadtest.stack`), runs
-`locust -f loadtest/locustfile.py --headless` with both user types, and writes Locust's
-CSV (`<out>/locust_stats.csv`, `..._failures.csv`, `..._stats_history.csv`), its HTML
-report (`<out>/report.html`) and the gateway's counters (`<out>/gateway.json`) under
-`loadtest/out/` (gitignored). Exit status 0 iff no request failed.
+Starts broker + scheduler + gateway + coordinators (`loadtest.stack`), secured as under
+`venn up` (API tokens; on Apache Kafka a SASL/SCRAM principal per service) unless
+`--insecure`, runs `locust -f loadtest/locustfile.py --headless` with both user types (the
+devices enrol with an enrol token given in VENN_LOADTEST_ENROLL_TOKEN, the Kafka user signs
+in as the `devices` principal), and writes Locust's CSV (`<out>/locust_stats.csv`,
+`..._failures.csv`, `..._stats_history.csv`), its HTML report (`<out>/report.html`) and the
+gateway's counters (`<out>/gateway.json`) under `loadtest/out/` (gitignored). Prints the
+table, then check-ins per second in all, per Locust process and per user. Exit status 0
+iff no request failed.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import dataclasses
 import json
 import os
 import sys
@@ -27,6 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from loadtest.stack import LoadStack, StackConfig  # noqa: E402
+from venn.settings import LoadtestSettings, Settings  # noqa: E402
 
 LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
 DEFAULT_OUT = ROOT / "loadtest" / "out"
@@ -49,6 +55,8 @@ class LoadTestConfig:
     """Locust worker processes (`--processes`); 1 = a single process."""
     out: Path = DEFAULT_OUT
     prefix: str = "locust"
+    secure: bool = True
+    """Run against a stack secured as under `venn up` (see `loadtest.stack.StackConfig`)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,48 @@ class Row:
     rps: float
 
 
+CHECKIN_ROWS = "/v1/checkin ["
+"""Locust names the HTTP check-in rows by answer: `/v1/checkin [assigned]`, ..."""
+KAFKA_CHECKIN_ROW = "produce venn.checkins"
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Check-ins per second over the run (Locust's own request rates)."""
+
+    http: float
+    kafka: float
+    processes: int
+    http_users: int
+    kafka_users: int
+
+    @property
+    def total(self) -> float:
+        return self.http + self.kafka
+
+    @property
+    def per_process(self) -> float:
+        """Check-ins per second one Locust process sent (the load generator's capacity)."""
+        return self.total / self.processes
+
+    @property
+    def per_http_user(self) -> float:
+        return self.http / self.http_users if self.http_users else 0.0
+
+    @property
+    def per_kafka_user(self) -> float:
+        return self.kafka / self.kafka_users if self.kafka_users else 0.0
+
+    def summary(self) -> str:
+        return (
+            f"check-ins/s: {self.total:.1f} ({self.http:.1f} over HTTP, {self.kafka:.1f} to "
+            f"Kafka); per Locust process {self.per_process:.1f} ({self.processes} "
+            f"process{'es' if self.processes > 1 else ''}); per HTTP user "
+            f"{self.per_http_user:.2f} ({self.http_users}), per Kafka user "
+            f"{self.per_kafka_user:.1f} ({self.kafka_users})"
+        )
+
+
 @dataclass(frozen=True)
 class LoadTestResult:
     rows: list[Row]
@@ -70,6 +120,7 @@ class LoadTestResult:
     stats_csv: Path
     html: Path
     locust_exit: int
+    config: LoadTestConfig = LoadTestConfig()
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -79,6 +130,17 @@ class LoadTestResult:
         total = self.row("Aggregated")
         assert total is not None
         return total
+
+    @property
+    def rates(self) -> Rates:
+        kafka = self.row(KAFKA_CHECKIN_ROW)
+        return Rates(
+            http=sum(r.rps for r in self.rows if r.name.startswith(CHECKIN_ROWS)),
+            kafka=kafka.rps if kafka is not None else 0.0,
+            processes=max(1, self.config.processes),
+            http_users=self.config.users,
+            kafka_users=self.config.kafka_users,
+        )
 
 
 def read_stats(path: Path) -> list[Row]:
@@ -101,9 +163,26 @@ def read_stats(path: Path) -> list[Row]:
         ]
 
 
-async def run_locust(
-    cfg: LoadTestConfig, host: str, broker: str, wait_s: float, log_path: Path
-) -> int:
+def locust_settings(cfg: LoadTestConfig, stack: Settings, enroll_token: str) -> Settings:
+    """What the Locust processes run with: the stack's broker as its `devices` principal,
+    the gateway's wait bound, the load shape, and an enrol token, not the auth secret."""
+    client = stack.for_role("devices")
+    return dataclasses.replace(
+        client,
+        run_dir=str(cfg.out),  # no stack record there: everything comes from here
+        auth_secret="",
+        loadtest=LoadtestSettings(
+            enroll_token=enroll_token,
+            population=cfg.population,
+            day_s=cfg.day_s,
+            peak_rate=cfg.peak_rate,
+            kafka_peak_rate=cfg.kafka_peak_rate,
+            kafka_users=cfg.kafka_users,
+        ),
+    )
+
+
+async def run_locust(cfg: LoadTestConfig, host: str, client: Settings, log_path: Path) -> int:
     cfg.out.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "locust",
@@ -122,17 +201,7 @@ async def run_locust(
     ]  # fmt: skip
     if cfg.processes > 1:
         command += ["--processes", str(cfg.processes), "--master-bind-host", "127.0.0.1"]
-    env = {
-        **os.environ,
-        "VENN_BROKER": broker,
-        "VENN_GATEWAY_WAIT_S": str(wait_s),
-        "VENN_LOADTEST_KAFKA_USERS": str(cfg.kafka_users),
-        "VENN_LOADTEST_PEAK_RATE": str(cfg.peak_rate),
-        "VENN_LOADTEST_KAFKA_PEAK_RATE": str(cfg.kafka_peak_rate),
-        "VENN_LOADTEST_DAY_S": str(cfg.day_s),
-        "VENN_LOADTEST_POPULATION": str(cfg.population),
-        "PYTHONPATH": str(ROOT),
-    }
+    env = {**os.environ, **client.as_env(), "PYTHONPATH": str(ROOT)}
     with log_path.open("ab") as log:
         proc = await asyncio.create_subprocess_exec(
             *command, cwd=ROOT, env=env, stdout=log, stderr=asyncio.subprocess.STDOUT
@@ -148,15 +217,18 @@ async def run_locust(
 async def run_loadtest(cfg: LoadTestConfig, stack: StackConfig | None = None) -> LoadTestResult:
     """Start a stack, run Locust against it for `cfg.duration_s`, stop everything."""
     cfg.out.mkdir(parents=True, exist_ok=True)
-    stack_cfg = stack or StackConfig(run_dir=Path(tempfile.mkdtemp(prefix="venn-loadtest-")))
+    stack_cfg = stack or StackConfig(
+        run_dir=Path(tempfile.mkdtemp(prefix="venn-loadtest-")), secure=cfg.secure
+    )
     async with LoadStack(stack_cfg) as s:
-        code = await run_locust(
-            cfg, s.url, s.bootstrap, stack_cfg.wait_s, cfg.out / f"{cfg.prefix}.log"
-        )
+        assert s.settings is not None
+        client = locust_settings(cfg, s.settings, s.enroll_token())
+        code = await run_locust(cfg, s.url, client, cfg.out / f"{cfg.prefix}.log")
         gateway = s.gateway_health()
     (cfg.out / "gateway.json").write_text(json.dumps(gateway, indent=1))
     stats_csv = cfg.out / f"{cfg.prefix}_stats.csv"
-    return LoadTestResult(read_stats(stats_csv), gateway, stats_csv, cfg.out / "report.html", code)
+    html = cfg.out / "report.html"
+    return LoadTestResult(read_stats(stats_csv), gateway, stats_csv, html, code, cfg)
 
 
 def format_rows(rows: list[Row]) -> str:
@@ -186,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gateway-workers", type=int, default=1)
     p.add_argument("--demand", type=int, default=50, help="devices per round of each job")
     p.add_argument("--wait", type=float, default=2.0, help="gateway wait bound (s)")
+    p.add_argument("--insecure", action="store_true",
+                   help="a stack without API tokens or Kafka principals")  # fmt: skip
     p.add_argument("--out", type=Path, default=d.out)
     args = p.parse_args(argv)
     cfg = LoadTestConfig(
@@ -199,16 +273,19 @@ def main(argv: list[str] | None = None) -> int:
         population=args.population,
         processes=args.processes,
         out=args.out,
+        secure=not args.insecure,
     )
     stack = StackConfig(
         run_dir=args.out / "run",
         gateway_workers=args.gateway_workers,
         demand=args.demand,
         wait_s=args.wait,
+        secure=cfg.secure,
     )
     started = time.monotonic()
     result = asyncio.run(run_loadtest(cfg, stack))
     print(format_rows(result.rows))
+    print(result.rates.summary())
     print(f"gateway: {json.dumps(result.gateway.get('stats'))}")
     print(f"report: {result.html}  csv: {result.stats_csv}  ({time.monotonic() - started:.0f} s)")
     return 0 if result.total.failures == 0 and result.locust_exit == 0 else 1

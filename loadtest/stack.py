@@ -6,6 +6,10 @@ processes sharing the port), and runs coordinators in-process for one job per pa
 requirement tier, each asking for round after round (demand `demand`, deadline
 `deadline_s`), so check-ins keep finding open rounds. Ready once a probe device has been
 assigned through the whole HTTP path.
+
+With ``secure`` the stack is secured as under `venn up`: API tokens (a device enrols with
+an enrol token and checks in with its device token), and on Apache Kafka one SASL/SCRAM
+principal per service with its ACLs.
 """
 
 from __future__ import annotations
@@ -29,15 +33,23 @@ from typing import IO, Any, Self
 from aiokafka import AIOKafkaProducer
 
 from services.coordinator.runner import JobOutcome, run_coordinator
-from services.scheduler.process import prepare_topics, stop_worker
+from services.scheduler.process import stop_worker
 from venn import events as ev
-from venn.broker import topics
+from venn.auth import Tokens
+from venn.broker import security, topics
 from venn.broker.local import LocalBroker, local_broker, resolve_kind
 from venn.broker.process import free_port
 from venn.broker.publish import KafkaEvents
+from venn.broker.topics import prepare_topics
 from venn.core.model import JobSpec, Requirement
 from venn.fields import ROUNDS_MAX
-from venn.settings import Settings
+from venn.settings import (
+    GatewaySettings,
+    SchedulerSettings,
+    Settings,
+    run_dir_kafka_users,
+    run_dir_secret,
+)
 from venn.stack.local import wait_scheduler_ready
 from venn.traces.devices import load_device_profiles
 from venn.workloads.loader import tier_requirements
@@ -76,13 +88,19 @@ class StackConfig:
     workers: int = 1
     """Scheduler worker processes (more than one needs the leased mode); the stack is
     ready once the scheduler's consumer group is stable with all of them."""
+    secure: bool = False
+    """Secure it as `venn up` does: an auth secret (devices need a token from enrolment) and,
+    on an Apache Kafka it starts, a SASL/SCRAM principal per service with its ACLs."""
 
 
-def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
+def http_json(
+    url: str, body: dict[str, Any] | None = None, timeout: float = 10.0, token: str | None = None
+) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(
-        url, data=data, headers={"Content-Type": "application/json"} if data else {}
-    )
+    headers = {"Content-Type": "application/json"} if data else {}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
@@ -121,15 +139,26 @@ class LoadStack:
         assert self.settings is not None
         return self.settings.broker
 
-    def env(self) -> dict[str, str]:
+    def env(self, role: str, web_port: int = 0) -> dict[str, str]:
+        """The environment of a service of ``role`` (a scheduler worker: on ``web_port``)."""
         assert self.settings is not None
-        return {
-            **self.settings.as_env(),
-            "VENN_POLICY": self.config.policy,
-            "VENN_SCHEDULER_WEB_PORT": str(self.scheduler_web_port),
-            "VENN_GATEWAY_WAIT_S": str(self.config.wait_s),
-            **self.config.gateway_env,
-        }
+        settings = self.settings.for_role(role)
+        if web_port:
+            settings = settings.with_scheduler(web_port=web_port)
+        return {**settings.as_env(), **self.config.gateway_env}
+
+    @property
+    def admin_options(self) -> dict[str, Any]:
+        """Kafka client options of the admin principal (none on an unsecured broker)."""
+        assert self.settings is not None
+        return self.settings.for_role(security.ADMIN).kafka_options
+
+    def enroll_token(self, ttl_s: float = 86400.0) -> str:
+        """An enrol token of the secured stack ("" when it has no auth secret)."""
+        assert self.settings is not None
+        if not self.settings.auth_enabled:
+            return ""
+        return Tokens(self.settings.auth_secret).issue("enroll", "loadtest", ttl_s=ttl_s)
 
     def _log(self, name: str) -> IO[bytes]:
         log = open(self.run_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
@@ -141,8 +170,11 @@ class LoadStack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         bootstrap = cfg.broker
         kind = resolve_kind(cfg.broker_kind)
+        users: dict[str, str] = {}
+        if cfg.secure and bootstrap is None and kind == "kafka":
+            users = run_dir_kafka_users(self.run_dir, security.PRINCIPALS, create=True)
         if bootstrap is None:
-            self.broker = local_broker(kind, self.run_dir).start()
+            self.broker = local_broker(kind, self.run_dir, users=users or None).start()
             bootstrap = self.broker.bootstrap
         self.settings = Settings(
             broker=bootstrap,
@@ -151,19 +183,27 @@ class LoadStack:
             run_dir=str(self.run_dir),
             topic_partitions=cfg.partitions,
             app_id=f"venn-scheduler-lt-{uuid.uuid4().hex[:6]}",
-            gateway_port=self.gateway_port,
-            scheduler_mode=cfg.scheduler_mode,
+            auth_secret=run_dir_secret(self.run_dir, create=True) if cfg.secure else "",
+            gateway=GatewaySettings(port=self.gateway_port, wait_s=cfg.wait_s),
+            scheduler=SchedulerSettings(
+                policy=cfg.policy,
+                mode=cfg.scheduler_mode,
+                fetch_wait_ms=cfg.scheduler_fetch_wait_ms or 0,
+            ),
         )
+        if users:
+            admin = security.Credentials(security.ADMIN, users[security.ADMIN])
+            await asyncio.to_thread(
+                security.apply_acls, bootstrap, admin, self.settings.app_id,
+                self.settings.recorder_group,
+            )  # fmt: skip
         await prepare_topics(self.settings)
-        env = self.env()
-        if cfg.scheduler_fetch_wait_ms is not None:
-            env["VENN_SCHEDULER_FETCH_WAIT_MS"] = str(cfg.scheduler_fetch_wait_ms)
         for i, port in enumerate(self.scheduler_web_ports):
             self.schedulers.append(
                 self._spawn(
                     "scheduler" if i == 0 else f"scheduler-{i + 1}",
                     ["-m", "services.scheduler", "worker", "-l", "warn"],
-                    {**env, "VENN_SCHEDULER_WEB_PORT": str(port)},
+                    self.env("scheduler", port),
                     new_session=False,
                 )
             )
@@ -171,7 +211,7 @@ class LoadStack:
         self.gateway = self._spawn(
             "gateway",
             ["-m", "services.gateway", "--workers", str(cfg.gateway_workers)],
-            env,
+            self.env("gateway"),
             new_session=True,  # its worker children get the stop signal with it
         )
         jobs = [
@@ -189,7 +229,7 @@ class LoadStack:
         if cfg.coordinators:
             self.jobs = jobs
             self._coordinator = asyncio.create_task(
-                run_coordinator(self.settings, jobs, 1.0, self._stop)
+                run_coordinator(self.settings.for_role("coordinator"), jobs, 1.0, self._stop)
             )
         try:
             if cfg.workers > 1 and not await wait_scheduler_ready(
@@ -231,6 +271,7 @@ class LoadStack:
             await self._seed_supply(attrs)
             await self.publish_jobs([probe_job(f"probe-{uuid.uuid4().hex[:6]}", "probe", 1000)])
         deadline = time.monotonic() + self.config.ready_timeout_s
+        enroll = self.enroll_token()
         n = 0
         while True:
             self._check_alive()
@@ -245,7 +286,16 @@ class LoadStack:
                 "bandwidth_kbps": 12000.0,
             }
             try:
-                answer = await asyncio.to_thread(http_json, f"{self.url}/v1/checkin", body)
+                token = None
+                if enroll:
+                    enrolled = await asyncio.to_thread(
+                        http_json, f"{self.url}/v1/devices", {"device_id": body["device_id"]},
+                        token=enroll,
+                    )  # fmt: skip
+                    token = enrolled.get("token") if isinstance(enrolled, dict) else None
+                answer = await asyncio.to_thread(
+                    http_json, f"{self.url}/v1/checkin", body, token=token
+                )
             except OSError:
                 answer = None  # not listening yet
             if isinstance(answer, dict) and answer.get("assigned"):
@@ -256,7 +306,7 @@ class LoadStack:
                     "ok": True,
                     "response_time_s": 0.1,
                 }
-                await asyncio.to_thread(http_json, f"{self.url}/v1/results", result)
+                await asyncio.to_thread(http_json, f"{self.url}/v1/results", result, token=token)
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -271,7 +321,7 @@ class LoadStack:
         plan with no supply for them, which is not recomputed until the next plan event
         (seen in the single mode with 12 partitions: every probe declined)."""
         deadline = time.monotonic() + self.config.ready_timeout_s
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks=1)
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks=1, **self.admin_options)
         await producer.start()
         try:
             n = 0
@@ -344,7 +394,7 @@ class LoadStack:
                     ),
                 )
             )  # fmt: skip
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks=1)
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks=1, **self.admin_options)
         await producer.start()
         try:
             for topic, event in events:

@@ -102,8 +102,9 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     from venn.audit.db import normalize_url
     from venn.audit.embedded import EmbeddedPostgres
+    from venn.settings import Settings
 
-    given = os.environ.get("VENN_DATABASE_URL", "")
+    given = Settings.from_env(running=False).database_url  # VENN_DATABASE_URL
     if given.startswith(("postgres://", "postgresql")):
         url = make_url(normalize_url(given)).set(database="postgres")
         yield url.render_as_string(hide_password=False)

@@ -1,5 +1,6 @@
-"""The end-to-end invariants of ../shared/design.md, checked on what the topics carried and
-what the audit database holds. Each function returns the violations (empty: it holds)."""
+"""The end-to-end invariants (docs/architecture.md, "Invariants"), checked on what the
+topics carried and what the audit database holds. Each function returns the violations
+(empty: it holds)."""
 
 from __future__ import annotations
 

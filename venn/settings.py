@@ -9,7 +9,7 @@ import dataclasses
 import json
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,204 +18,449 @@ from venn.broker.security import MECHANISM, Credentials, client_options
 from venn.broker.tuning import ClientTuning, tuning_for
 
 
-def _env(name: str, default: str | int | float, doc: str) -> Any:
-    # The default's own type is the type the env string is parsed into.
-    return field(default=default, metadata={"env": name, "doc": doc})
+def setting(env: str, default: str | int | float | bool, doc: str, secret: bool = False) -> Any:
+    """A field read from the environment variable ``env``; the default's own type is the
+    type the variable is parsed into (a bool: 1/0, true/false, yes/no, on/off)."""
+    return field(default=default, metadata={"env": env, "doc": doc, "secret": secret})
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """The device gateway (`services/gateway`): HTTP for devices, the job API, the dashboard."""
+
+    host: str = setting("VENN_GATEWAY_HOST", "127.0.0.1", "Address the gateway binds.")
+    port: int = setting("VENN_GATEWAY_PORT", 8080, "HTTP port of the device gateway.")
+    wait_s: float = setting(
+        "VENN_GATEWAY_WAIT_S",
+        2.0,
+        "Longest a check-in waits for the scheduler's answer (an assignment, or the check-in "
+        "in a CheckinsDeclined) before retry_after. The answer normally comes in tens of "
+        "milliseconds; the bound covers a scheduler that is down, restarting or backlogged.",
+    )
+    max_inflight: int = setting(
+        "VENN_GATEWAY_MAX_INFLIGHT",
+        2000,
+        "Check-ins in progress beyond which new ones get 429 + retry_after at once.",
+    )
+    max_lag_s: float = setting(
+        "VENN_GATEWAY_MAX_LAG_S",
+        0.25,
+        "Event-loop lag beyond which new check-ins get 429 + retry_after at once: when the "
+        "process is CPU-bound, requests wait before their handler (and its bound) even "
+        "starts, so shedding on lag keeps the answers of admitted requests fast.",
+    )
+    idle_timeout_s: float = setting(
+        "VENN_GATEWAY_IDLE_TIMEOUT_S",
+        10.0,
+        "A connection that has not completed a request's headers in this long (or idles this "
+        "long between requests) is closed: a client that never finishes its headers would "
+        "hold its connection forever. The body has its own bound, VENN_GATEWAY_WAIT_S.",
+    )
+    max_body_bytes: int = setting("VENN_GATEWAY_MAX_BODY", 16384, "Largest request body, bytes.")
+    retry_after_s: int = setting(
+        "VENN_GATEWAY_RETRY_AFTER_S", 30, "retry_after of a check-in that got no assignment."
+    )
+    busy_retry_after_s: int = setting(
+        "VENN_GATEWAY_BUSY_RETRY_AFTER_S",
+        2,
+        "retry_after of a check-in refused because the gateway is overloaded or Kafka is down.",
+    )
+    fast_no: bool = setting(
+        "VENN_GATEWAY_FAST_NO",
+        True,
+        "Answer retry_after at once when no open round with remaining demand admits the "
+        "device (the gateway's own view of venn.jobs, venn.rounds and venn.assignments).",
+    )
+    linger_ms: int = setting(
+        "VENN_GATEWAY_LINGER_MS",
+        5,
+        "How long the gateway gathers check-ins into one batch event, and its producer's "
+        "linger (5 ms: fewer, larger messages under load; docs/notes/performance.md).",
+    )
+    batch_max: int = setting(
+        "VENN_GATEWAY_BATCH_MAX",
+        128,
+        "Most check-ins in one batch event (a batch also stays under the event size limit).",
+    )
+    fetch_wait_ms: int = setting(
+        "VENN_GATEWAY_FETCH_WAIT_MS",
+        0,
+        "Longest a gateway fetch of answers waits for data; 0: the broker's profile (on "
+        "Tansu an idle consumer sees new records only when its parked fetch expires, so this "
+        "adds up to that much latency there).",
+    )
+    result_window_s: float = setting(
+        "VENN_GATEWAY_RESULT_WINDOW_S",
+        3600.0,
+        "How long after an assignment its device may still upload the round's result (a "
+        "restarted gateway reads this much of venn.assignments back).",
+    )
+    max_remembered: int = setting(
+        "VENN_GATEWAY_MAX_REMEMBERED",
+        500_000,
+        "Most assignments the gateway remembers for that check (the oldest are forgotten first).",
+    )
+
+    def __post_init__(self) -> None:
+        if self.wait_s <= 0:
+            raise ValueError("VENN_GATEWAY_WAIT_S must be > 0")
+        if self.max_inflight < 1:
+            raise ValueError("VENN_GATEWAY_MAX_INFLIGHT must be >= 1")
+        if self.idle_timeout_s <= 0:
+            raise ValueError("VENN_GATEWAY_IDLE_TIMEOUT_S must be > 0")
+        if self.batch_max < 1:
+            raise ValueError("VENN_GATEWAY_BATCH_MAX must be >= 1")
+
+
+SCHEDULER_MODES = ("single", "leased")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    """The scheduler (`services/scheduler`): the Faust app that decides every check-in."""
+
+    policy: str = setting(
+        "VENN_POLICY",
+        "venn",
+        "Scheduling policy: random, random-order, fifo, srsf, venn, venn-sched, venn-paper, "
+        "venn-match.",
+    )
+    seed: int = setting("VENN_SEED", 0, "Seed of the scheduler's deterministic random draws.")
+    mode: str = setting(
+        "VENN_SCHEDULER_MODE",
+        "single",
+        "single: one scheduler worker owns every partition; leased: any number of workers "
+        "share the check-in partitions, each deciding with lease quota (being replaced; "
+        "docs/workers.md).",
+    )
+    web_port: int = setting(
+        "VENN_SCHEDULER_WEB_PORT",
+        0,
+        "Faust web/metrics port of a scheduler worker; 0: a free port, chosen when the worker "
+        "starts (every worker needs its own).",
+    )
+    web_host: str = setting(
+        "VENN_SCHEDULER_WEB_HOST",
+        "127.0.0.1",
+        "Address a scheduler worker's Faust web/metrics server binds (0.0.0.0 in a container).",
+    )
+    task_url_base: str = setting(
+        "VENN_TASK_URL_BASE",
+        "http://coordinator.local",
+        "Base of the task URL an assignment gives a device (the job's own server).",
+    )
+    checkin_max_age_s: float = setting(
+        "VENN_CHECKIN_MAX_AGE_S",
+        10.0,
+        "A check-in older than this when the scheduler reads it is dropped, not assigned (its "
+        "device was answered long ago: after a restart or an offset reset).",
+    )
+    job_timeout_s: float = setting(
+        "VENN_JOB_TIMEOUT_S",
+        600.0,
+        "A job whose coordinator sends nothing (not even a heartbeat) for this long is expired "
+        "by the scheduler and its demand released; 0: never.",
+    )
+    dedupe_window: int = setting(
+        "VENN_DEDUPE_WINDOW", 100000, "Recent event ids a scheduler worker remembers for dedupe."
+    )
+    fetch_wait_ms: int = setting(
+        "VENN_SCHEDULER_FETCH_WAIT_MS",
+        0,
+        "Longest a scheduler fetch waits for data; 0: the broker's profile (10 ms on Tansu, "
+        "where all of it is latency; 500 ms on Kafka).",
+    )
+
+    def __post_init__(self) -> None:
+        if self.mode not in SCHEDULER_MODES:
+            raise ValueError(
+                f"VENN_SCHEDULER_MODE must be one of {', '.join(SCHEDULER_MODES)}, "
+                f"not {self.mode!r}"
+            )
+
+    @property
+    def leased(self) -> bool:
+        """Any number of workers share the partitions with leases
+        (``services.scheduler.leases``); False: one worker owns every partition."""
+        return self.mode == "leased"
+
+    def task_url(self, job_id: str, round_index: int) -> str:
+        return f"{self.task_url_base.rstrip('/')}/jobs/{job_id}/rounds/{round_index}/task"
+
+
+@dataclass(frozen=True, slots=True)
+class CliSettings:
+    """The job commands of the `venn` CLI (`venn job ...`, `venn plan`, `venn devices`)."""
+
+    api_url: str = setting(
+        "VENN_API_URL",
+        "",
+        "The gateway the job commands talk to (their --url); empty: the gateway of the "
+        "`venn up` stack in VENN_RUN_DIR, else VENN_GATEWAY_HOST:VENN_GATEWAY_PORT.",
+    )
+    api_token: str = setting(
+        "VENN_API_TOKEN",
+        "",
+        "The API token the job commands send (their --token); empty: an operator token "
+        "minted with VENN_AUTH_SECRET when this process has it (beside `venn up`, from its "
+        "run dir).",
+        secret=True,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FlowerSettings:
+    """A Flower SuperNode's side of `venn.integrations.flower`: what its launcher
+    (`python -m venn.integrations.flower.supernode`) reads and passes to the ClientApps."""
+
+    gateway_url: str = setting(
+        "VENN_GATEWAY_URL",
+        "",
+        "The Venn gateway a SuperNode checks in to and its ClientApps report results to (the "
+        "launcher's --gateway; a node config key venn-gateway overrides it).",
+    )
+    device_token: str = setting(
+        "VENN_DEVICE_TOKEN",
+        "",
+        "The node's device token (the launcher's --device-token; it sets it for the "
+        "ClientApps after enrolling).",
+        secret=True,
+    )
+    enroll_token: str = setting(
+        "VENN_ENROLL_TOKEN",
+        "",
+        "The enrol token a SuperNode's launcher enrols its device with when it has no device "
+        "token (--enroll-token); never passed on to the ClientApps.",
+        secret=True,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LoadtestSettings:
+    """The Locust load test (`loadtest/locustfile.py`), read in every Locust process."""
+
+    enroll_token: str = setting(
+        "VENN_LOADTEST_ENROLL_TOKEN",
+        "",
+        "Enrol token the HTTP device users enrol their devices with (`venn token enroll`); "
+        "empty: minted from VENN_AUTH_SECRET when this process has it (beside `venn up`, from "
+        "its run dir), else the devices send no token (a gateway without authentication).",
+        secret=True,
+    )
+    population: int = setting(
+        "VENN_LOADTEST_POPULATION",
+        5_000_000,
+        "Devices the HTTP users draw their check-ins from, uniformly (each enrols on its first "
+        "check-in).",
+    )
+    day_s: float = setting(
+        "VENN_LOADTEST_DAY_S", 120.0, "Wall seconds of one compressed day of the diurnal curve."
+    )
+    start_hour: float = setting(
+        "VENN_LOADTEST_START_HOUR", 18.0, "Hour of the compressed day the load test starts at."
+    )
+    peak_rate: float = setting(
+        "VENN_LOADTEST_PEAK_RATE",
+        4.0,
+        "Check-ins per second of one HTTP device user at the diurnal peak.",
+    )
+    kafka_peak_rate: float = setting(
+        "VENN_LOADTEST_KAFKA_PEAK_RATE",
+        200.0,
+        "Check-ins per second of one Kafka user at the diurnal peak.",
+    )
+    kafka_users: int = setting(
+        "VENN_LOADTEST_KAFKA_USERS",
+        1,
+        "Kafka users (check-ins produced straight to venn.checkins) among the Locust users.",
+    )
+    kafka_eligible: bool = setting(
+        "VENN_LOADTEST_KAFKA_ELIGIBLE",
+        False,
+        "Give the Kafka user's devices profiles a requirement tier admits. Off, they load the "
+        "broker and the scheduler's decision path but take no demand from the HTTP devices "
+        "(they never upload results, so they would hold every round until its deadline).",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaPasswords:
+    """Passwords `venn prepare --secure` gives each Kafka principal's SCRAM user where the
+    passwords are given, not generated (docker-compose; `venn up` makes its own)."""
+
+    admin: str = setting(
+        "VENN_KAFKA_PASSWORD_ADMIN", "", "Password of the Kafka admin principal.", secret=True
+    )
+    scheduler: str = setting(
+        "VENN_KAFKA_PASSWORD_SCHEDULER", "", "Password of the scheduler principal.", secret=True
+    )
+    recorder: str = setting(
+        "VENN_KAFKA_PASSWORD_RECORDER", "", "Password of the recorder principal.", secret=True
+    )
+    gateway: str = setting(
+        "VENN_KAFKA_PASSWORD_GATEWAY", "", "Password of the gateway principal.", secret=True
+    )
+    jobs: str = setting(
+        "VENN_KAFKA_PASSWORD_JOBS",
+        "",
+        "Password of the jobs principal: the only one that writes venn.jobs for the job API; "
+        "a gateway that has it (or the run dir's) serves submissions and cancels.",
+        secret=True,
+    )
+    coordinator: str = setting(
+        "VENN_KAFKA_PASSWORD_COORDINATOR", "", "Password of the coordinator principal.", secret=True
+    )
+    devices: str = setting(
+        "VENN_KAFKA_PASSWORD_DEVICES", "", "Password of the devices principal.", secret=True
+    )
+
+    def of(self, principals: Iterable[str]) -> dict[str, str]:
+        """Principal -> password; ValueError naming every variable that is unset or empty."""
+        wanted = list(principals)
+        fields = {f.name: f.metadata["env"] for f in dataclasses.fields(self)}
+        unknown = [p for p in wanted if p not in fields]
+        if unknown:
+            raise ValueError(f"no password setting for Kafka principal(s) {unknown}")
+        missing = [fields[p] for p in wanted if not getattr(self, p)]
+        if missing:
+            raise ValueError(f"set {', '.join(missing)} (one password per Kafka principal)")
+        return {p: str(getattr(self, p)) for p in wanted}
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Process configuration. Build it with `Settings.from_env()`."""
+    """Process configuration. Build it with `Settings.from_env()`.
 
-    broker: str = _env(
+    The top level holds what several processes share; a component's own options are a
+    section (a frozen dataclass in a field marked ``{"section": cls}``), each setting
+    declared once with its environment variable, default and doc (`setting`)."""
+
+    broker: str = setting(
         "VENN_BROKER",
         "127.0.0.1:9092",
         "Kafka bootstrap servers (host:port[,host:port]); `venn up` listens here.",
     )
-    broker_kind: str = _env(
+    broker_kind: str = setting(
         "VENN_BROKER_KIND",
         "auto",
         "kafka (Apache Kafka from its jars), tansu (in-memory, pip only), external (VENN_BROKER "
         "is a cluster you run), auto (kafka where a JDK 17+ and Maven or the cached jars are "
         "present, else tansu).",
     )
-    kafka_nodes: int = _env(
+    kafka_nodes: int = setting(
         "VENN_KAFKA_NODES",
         1,
         "Apache Kafka nodes `venn up` starts locally: 1, or 3 (topics replicated 3 times, "
         "min.insync.replicas 2: one node may fail).",
     )
-    broker_tuning: str = _env(
+    broker_tuning: str = setting(
         "VENN_BROKER_TUNING",
         "",
         "Kafka client profile (venn/broker/tuning.py): empty follows the broker kind (Tansu's "
         "workarounds on tansu only); kafka or tansu forces one (benchmarks compare them).",
     )
-    run_dir: str = _env(
+    run_dir: str = setting(
         "VENN_RUN_DIR",
         "./run",
         "Directory for pid files, logs and the local Kafka and Postgres data.",
     )
-    auth_secret: str = _env(
+    cache_dir: str = setting(
+        "VENN_CACHE_DIR",
+        "",
+        "Where Apache Kafka's jars are cached (fetched once by Maven); empty: "
+        "$XDG_CACHE_HOME/venn, else ~/.cache/venn.",
+    )
+    auth_secret: str = setting(
         "VENN_AUTH_SECRET",
         "",
         "Key that signs and checks API tokens (32+ bytes; from the environment, never the "
         "repo). Empty: no authentication (`venn up` and `venn demo` make one per run dir).",
+        secret=True,
     )
-    job_token: str = _env(
+    job_token: str = setting(
         "VENN_JOB_TOKEN",
         "",
         "The API token coordinators and the SDK example send with job events (`venn token "
         "job`); empty: minted from VENN_AUTH_SECRET when this process has it.",
+        secret=True,
     )
-    kafka_user: str = _env(
+    kafka_user: str = setting(
         "VENN_KAFKA_USER",
         "",
         "This process's SASL/SCRAM principal on Kafka; empty: the run dir's for its role "
         "beside `venn up`, else no SASL.",
     )
-    kafka_password: str = _env("VENN_KAFKA_PASSWORD", "", "The password of VENN_KAFKA_USER.")
-    kafka_mechanism: str = _env(
+    kafka_password: str = setting(
+        "VENN_KAFKA_PASSWORD", "", "The password of VENN_KAFKA_USER.", secret=True
+    )
+    kafka_mechanism: str = setting(
         "VENN_KAFKA_MECHANISM",
         "SCRAM-SHA-256",
         "SASL mechanism of VENN_KAFKA_USER: SCRAM-SHA-256 (every service), or PLAIN (the admin "
         "of docker-compose's Kafka).",
     )
-    device_token_ttl_s: float = _env(
+    device_token_ttl_s: float = setting(
         "VENN_DEVICE_TOKEN_TTL_S", 30 * 86400.0, "Lifetime of a device token issued at enrolment."
     )
-    database_url: str = _env(
+    database_url: str = setting(
         "VENN_DATABASE_URL",
         "",
         "SQLAlchemy URL of the audit DB (Postgres, or sqlite:///PATH); empty: `venn up` and "
         "`venn demo` start an embedded PostgreSQL in the run dir.",
     )
-    topic_partitions: int = _env(
+    topic_partitions: int = setting(
         "VENN_TOPIC_PARTITIONS", 4, "Partitions of every Venn topic (and Faust changelogs)."
     )
-    gateway_port: int = _env("VENN_GATEWAY_PORT", 8080, "HTTP port of the device gateway.")
-    app_id: str = _env(
-        "VENN_APP_ID", "venn-scheduler", "Faust app id; prefixes the changelog topic names."
+    app_id: str = setting(
+        "VENN_APP_ID",
+        "venn-scheduler",
+        "The scheduler's Faust app id: its consumer group, and the prefix of its changelog "
+        "topic names (both named in the Kafka ACLs).",
     )
-    speedup: float = _env(
+    speedup: float = setting(
         "VENN_SPEEDUP", 1.0, "Trace time / wall-clock time factor of the device emulator."
     )
-    max_event_bytes: int = _env(
+    max_event_bytes: int = setting(
         "VENN_MAX_EVENT_BYTES", 65536, "Events larger than this go to the dead-letter topic."
     )
-    recorder_group: str = _env(
+    recorder_group: str = setting(
         "VENN_RECORDER_GROUP", "venn-recorder", "Consumer group id of the audit recorder."
     )
-    policy: str = _env(
-        "VENN_POLICY",
-        "venn",
-        "Scheduling policy: random, random-order, fifo, srsf, venn, venn-sched, venn-paper, "
-        "venn-match.",
-    )
-    seed: int = _env("VENN_SEED", 0, "Seed of the scheduler's deterministic random draws.")
-    scheduler_web_port: int = _env(
-        "VENN_SCHEDULER_WEB_PORT", 0, "Faust web/metrics port of a scheduler worker; 0 = free port."
-    )
-    scheduler_web_host: str = _env(
-        "VENN_SCHEDULER_WEB_HOST",
-        "127.0.0.1",
-        "Address a scheduler worker's Faust web/metrics server binds (0.0.0.0 in a container).",
-    )
-    task_url_base: str = _env(
-        "VENN_TASK_URL_BASE",
-        "http://coordinator.local",
-        "Base of the task URL an assignment gives a device (the job's own server).",
-    )
-    checkin_max_age_s: float = _env(
-        "VENN_CHECKIN_MAX_AGE_S",
-        10.0,
-        "A check-in older than this when the scheduler reads it is dropped, not assigned (its "
-        "device was answered long ago: after a restart or an offset reset).",
-    )
-    job_timeout_s: float = _env(
-        "VENN_JOB_TIMEOUT_S",
-        600.0,
-        "A job whose coordinator sends nothing (not even a heartbeat) for this long is expired "
-        "by the scheduler and its demand released; 0: never.",
-    )
-    job_heartbeat_s: float = _env(
+    job_heartbeat_s: float = setting(
         "VENN_JOB_HEARTBEAT_S", 30.0, "How often the SDK tells Venn that a job's coordinator lives."
     )
-    dedupe_window: int = _env(
-        "VENN_DEDUPE_WINDOW", 100000, "Recent event ids a scheduler worker remembers for dedupe."
-    )
-    scheduler_fetch_wait_ms: int = _env(
-        "VENN_SCHEDULER_FETCH_WAIT_MS",
-        0,
-        "Longest a scheduler fetch waits for data; 0: the broker's profile (10 ms on Tansu, "
-        "where all of it is latency; 500 ms on Kafka).",
-    )
-    scheduler_mode: str = _env(
-        "VENN_SCHEDULER_MODE",
-        "single",
-        "single: run one scheduler worker, which owns every partition; leased: any number "
-        "of workers share the check-in partitions, each deciding with lease quota "
-        "(venn.core.partition, docs/scaling.md).",
-    )
-    recorder_port: int = _env(
+    recorder_port: int = setting(
         "VENN_RECORDER_PORT", 0, "HTTP port of the recorder's /healthz and /metrics; 0: none."
     )
-    recorder_host: str = _env("VENN_RECORDER_HOST", "127.0.0.1", "Address the recorder binds.")
-    gateway_host: str = _env("VENN_GATEWAY_HOST", "127.0.0.1", "Address the gateway binds.")
-    gateway_wait_s: float = _env(
-        "VENN_GATEWAY_WAIT_S", 2.0, "Longest a check-in waits for its answer before retry_after."
+    recorder_host: str = setting("VENN_RECORDER_HOST", "127.0.0.1", "Address the recorder binds.")
+    gateway: GatewaySettings = field(
+        default_factory=GatewaySettings, metadata={"section": GatewaySettings}
     )
-    gateway_max_inflight: int = _env(
-        "VENN_GATEWAY_MAX_INFLIGHT", 2000, "Check-ins in progress beyond which new ones get 429."
+    scheduler: SchedulerSettings = field(
+        default_factory=SchedulerSettings, metadata={"section": SchedulerSettings}
     )
-    gateway_max_lag_s: float = _env(
-        "VENN_GATEWAY_MAX_LAG_S", 0.25, "Event-loop lag beyond which new check-ins get 429."
+    cli: CliSettings = field(default_factory=CliSettings, metadata={"section": CliSettings})
+    flower: FlowerSettings = field(
+        default_factory=FlowerSettings, metadata={"section": FlowerSettings}
     )
-    gateway_idle_timeout_s: float = _env(
-        "VENN_GATEWAY_IDLE_TIMEOUT_S",
-        10.0,
-        "A connection that has not completed a request's headers in this long (or idles this "
-        "long between requests) is closed.",
+    loadtest: LoadtestSettings = field(
+        default_factory=LoadtestSettings, metadata={"section": LoadtestSettings}
     )
-    gateway_max_body: int = _env("VENN_GATEWAY_MAX_BODY", 16384, "Largest request body, bytes.")
-    gateway_retry_after_s: int = _env(
-        "VENN_GATEWAY_RETRY_AFTER_S", 30, "retry_after of a check-in that got no assignment."
-    )
-    gateway_busy_retry_after_s: int = _env(
-        "VENN_GATEWAY_BUSY_RETRY_AFTER_S", 2, "retry_after of a check-in refused on overload."
-    )
-    gateway_fast_no: int = _env(
-        "VENN_GATEWAY_FAST_NO",
-        1,
-        "1: answer at once when no open round admits the device (the gateway's demand view).",
-    )
-    gateway_linger_ms: int = _env(
-        "VENN_GATEWAY_LINGER_MS",
-        5,
-        "How long the gateway gathers check-ins into one batch (5 ms: fewer, larger "
-        "messages under load; docs/performance.md).",
-    )
-    gateway_batch_max: int = _env(
-        "VENN_GATEWAY_BATCH_MAX", 128, "Most check-ins in one batch event (also capped by size)."
-    )
-    gateway_fetch_wait_ms: int = _env(
-        "VENN_GATEWAY_FETCH_WAIT_MS",
-        0,
-        "Longest a gateway fetch of answers waits for data; 0: the broker's profile.",
+    kafka_passwords: KafkaPasswords = field(
+        default_factory=KafkaPasswords, metadata={"section": KafkaPasswords}
     )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, running: bool = True
+    ) -> Settings:
         """Read every field from `environ` (default `os.environ`), falling back to what the
-        stack running in the run dir recorded (its broker and database), then to defaults."""
+        stack running in the run dir recorded (its broker, database and secret; not with
+        ``running=False``: a process that starts a stack of its own), then to defaults."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            raw = env.get(f.metadata["env"])
-            if raw is not None:
-                values[f.name] = _convert(f.name, f.metadata["env"], raw, type(f.default))
+        values = _read(cls, env)
         run_dir = values.get("run_dir", _DEFAULT_RUN_DIR)
-        for name, value in running_stack(run_dir).items():
+        for name, value in (running_stack(run_dir) if running else {}).items():
             values.setdefault(name, value)
         return cls(**values)
 
@@ -235,6 +480,16 @@ class Settings:
         return dataclasses.replace(
             self, kafka_user=role, kafka_password=users[role], kafka_mechanism=MECHANISM
         )
+
+    def principal_credentials(self, principal: str) -> Credentials | None:
+        """Credentials of another Kafka principal this process signs in as for part of its
+        work (the gateway's job API as ``jobs``): its VENN_KAFKA_PASSWORD_<PRINCIPAL>, else
+        the run dir's; None where this process has no SASL or no such password."""
+        if not self.kafka_user:
+            return None
+        given = getattr(self.kafka_passwords, principal, "")
+        password = given or run_dir_kafka_users(self.run_dir).get(principal, "")
+        return Credentials(principal, password, MECHANISM) if password else None
 
     @property
     def kafka_credentials(self) -> Credentials | None:
@@ -258,15 +513,38 @@ class Settings:
 
     @property
     def scheduler_fetch_wait(self) -> int:
-        return self.scheduler_fetch_wait_ms or self.tuning.fetch_wait_ms
+        return self.scheduler.fetch_wait_ms or self.tuning.fetch_wait_ms
 
     @property
     def gateway_fetch_wait(self) -> int:
-        return self.gateway_fetch_wait_ms or self.tuning.fetch_wait_ms
+        return self.gateway.fetch_wait_ms or self.tuning.fetch_wait_ms
+
+    def with_gateway(self, **changes: Any) -> Settings:
+        """These settings with ``changes`` to the gateway section."""
+        return dataclasses.replace(self, gateway=dataclasses.replace(self.gateway, **changes))
+
+    def with_scheduler(self, **changes: Any) -> Settings:
+        """These settings with ``changes`` to the scheduler section."""
+        return dataclasses.replace(self, scheduler=dataclasses.replace(self.scheduler, **changes))
 
     def as_env(self) -> dict[str, str]:
         """The settings as environment variables, to pass to child processes."""
-        return {f.metadata["env"]: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {d.env: _format(d.value) for d in _walk(self)}
+
+
+def _read(cls: type[Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The fields of ``cls`` (sections included) that ``env`` sets, parsed."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if "section" in f.metadata:
+            found = _read(f.metadata["section"], env)
+            if found:
+                values[f.name] = f.metadata["section"](**found)
+            continue
+        raw = env.get(f.metadata["env"])
+        if raw is not None:
+            values[f.name] = _convert(f.name, f.metadata["env"], raw, type(f.default))
+    return values
 
 
 STACK_FILE = "stack.json"
@@ -336,33 +614,145 @@ def run_dir_kafka_users(
     return users
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def _parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(raw)
+    return value in _TRUE
+
+
 def _convert(name: str, env: str, raw: str, cast: Callable[[str], Any]) -> Any:
+    parse = _parse_bool if cast is bool else cast
     try:
-        return cast(raw)
+        return parse(raw)
     except ValueError as exc:
         raise ValueError(f"{env}={raw!r} is not a valid {cast.__name__} for {name}") from exc
 
 
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
 @dataclass(frozen=True, slots=True)
 class SettingDoc:
+    section: str
+    """The section's field name ("" for the top level)."""
     name: str
     env: str
     default: str
     doc: str
+    secret: bool
+    value: Any = None
+    """The value in the Settings described (the default with `describe()`)."""
+
+    @property
+    def path(self) -> str:
+        """``name``, or ``section.name``: where the setting lives in `Settings`."""
+        return f"{self.section}.{self.name}" if self.section else self.name
 
 
-def describe() -> list[SettingDoc]:
-    """Every setting with its env var, raw default and doc (for the README / `venn config`)."""
-    return [
-        SettingDoc(f.name, f.metadata["env"], str(f.default), f.metadata["doc"])
-        for f in dataclasses.fields(Settings)
-    ]
+def _walk(obj: Any, section_name: str = "") -> list[SettingDoc]:
+    docs: list[SettingDoc] = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if "section" in f.metadata:
+            docs += _walk(value, f.name)
+            continue
+        docs.append(
+            SettingDoc(
+                section_name,
+                f.name,
+                f.metadata["env"],
+                _format(f.default),
+                f.metadata["doc"],
+                f.metadata["secret"],
+                value,
+            )
+        )
+    return docs
 
 
-def markdown_table() -> str:
+def env_name(section_name: str, name: str) -> str:
+    """The environment variable of a setting (``env_name("flower", "gateway_url")``), for
+    a process that passes it to a child it starts."""
+    cls = Settings.__dataclass_fields__[section_name].metadata["section"]
+    return str(cls.__dataclass_fields__[name].metadata["env"])
+
+
+def describe(settings: Settings | None = None) -> list[SettingDoc]:
+    """Every setting, sections included, with its env var, default, doc and its value in
+    ``settings`` (default: the defaults); for docs/configuration.md and `venn config`."""
+    return _walk(settings or Settings())
+
+
+SECTION_TITLES = {
+    "": "General",
+    "gateway": "Gateway",
+    "scheduler": "Scheduler",
+    "cli": "Command line",
+    "flower": "Flower integration",
+    "loadtest": "Load test",
+    "kafka_passwords": "Kafka principals' passwords",
+}
+
+
+def sections() -> list[tuple[str, str, str, list[SettingDoc]]]:
+    """(field name, title, summary, settings) per section, the top level first."""
+    docs = describe()
+    names = ["", *(f.name for f in dataclasses.fields(Settings) if "section" in f.metadata)]
+    out = []
+    for name in names:
+        cls = Settings.__dataclass_fields__[name].metadata["section"] if name else None
+        summary = " ".join((cls.__doc__ or "").split()) if cls else ""
+        title = SECTION_TITLES.get(name, name)
+        out.append((name, title, summary, [d for d in docs if d.section == name]))
+    return out
+
+
+def markdown_table(docs: list[SettingDoc] | None = None) -> str:
     rows = ["| Variable | Default | Meaning |", "|---|---|---|"]
-    rows += [f"| `{d.env}` | `{d.default}` | {d.doc} |" for d in describe()]
+    rows += [
+        f"| `{d.env}` | {f'`{d.default}`' if d.default else '(empty)'} | {d.doc} |"
+        for d in (docs or describe())
+    ]
     return "\n".join(rows)
+
+
+CONFIGURATION_PAGE = "docs/configuration.md"
+
+
+def configuration_markdown() -> str:
+    """docs/configuration.md, generated from the settings object (`venn config --markdown`)."""
+    lines = [
+        "# Configuration",
+        "",
+        "<!-- Generated from venn/settings.py by `venn config --markdown > "
+        "docs/configuration.md`; tests/pure/test_settings.py keeps it in step. -->",
+        "",
+        "Every Venn process (the services, the CLI, the SDK example, the load test) reads its "
+        "configuration from one settings object, `venn.settings.Settings`, built from these "
+        "environment variables: `venn up`, `venn demo` and docker-compose pass the same names "
+        "to the services they start. A client started with the same `VENN_RUN_DIR` as "
+        "`venn up` takes the stack's broker, database and auth secret from the run dir for "
+        "what the environment leaves unset. `venn config` prints the values this process "
+        "would use (secrets masked).",
+        "",
+        "A component's own options are a section of the object (`settings.gateway.wait_s` is "
+        "`VENN_GATEWAY_WAIT_S`); to add a setting see "
+        "[contributing.md](contributing.md#add-a-setting).",
+    ]
+    for name, title, summary, docs in sections():
+        lines += ["", f"## {title}", ""]
+        if name:
+            lines += [f"`settings.{name}`: {summary}", ""]
+        lines.append(markdown_table(docs))
+    return "\n".join(lines) + "\n"
 
 
 _DEFAULT_RUN_DIR = next(f.default for f in dataclasses.fields(Settings) if f.name == "run_dir")

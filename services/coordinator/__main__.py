@@ -15,7 +15,7 @@ import time
 from services.coordinator.runner import compress_arrivals, run_coordinator
 from venn.sdk.clock import TraceClock
 from venn.settings import Settings
-from venn.workloads import load_workload
+from venn.workloads import load_workload, resolve_workload
 
 
 def parse_args() -> argparse.Namespace:
@@ -32,8 +32,6 @@ def parse_args() -> argparse.Namespace:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    from venn.stack.demo import resolve_workload
-
     workload = load_workload(resolve_workload(args.workload), args.jobs, args.seed)
     jobs = compress_arrivals(workload.jobs, args.arrival_scale)
     clock = TraceClock(args.speedup, time.time() if args.epoch is None else args.epoch)

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -18,15 +17,15 @@ import sys
 import uvloop
 
 from services.gateway.app import run_gateway
-from services.gateway.config import GatewayConfig
+from venn.settings import Settings
 
 
-async def _main(config: GatewayConfig, reuse_port: bool) -> None:
+async def _main(settings: Settings, reuse_port: bool) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stats = await run_gateway(None, stop, config, reuse_port=reuse_port)
+    stats = await run_gateway(settings, stop, reuse_port=reuse_port)
     logging.getLogger("venn.gateway").info("stopped: %s", stats)
 
 
@@ -34,22 +33,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m services.gateway", description=__doc__)
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the port")
     parser.add_argument("--log-level", default="INFO")
+    # A worker started by another with --workers N: it shares the port, starts no others.
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    config = GatewayConfig.from_env()
+    settings = Settings.from_env()
     children: list[subprocess.Popen[bytes]] = []
-    if args.workers > 1 and "VENN_GATEWAY_CHILD" not in os.environ:
-        for _ in range(args.workers - 1):
-            children.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "services.gateway", "--log-level", args.log_level],
-                    env={**os.environ, "VENN_GATEWAY_CHILD": "1"},
-                )
-            )
-    reuse_port = args.workers > 1 or "VENN_GATEWAY_CHILD" in os.environ
+    if args.workers > 1 and not args.child:
+        command = [sys.executable, "-m", "services.gateway", "--child"]
+        command += ["--log-level", args.log_level]
+        children += [subprocess.Popen(command) for _ in range(args.workers - 1)]
+    reuse_port = args.workers > 1 or args.child
     try:
-        uvloop.run(_main(config, reuse_port))
+        uvloop.run(_main(settings, reuse_port))
     finally:
         for child in children:
             with contextlib.suppress(ProcessLookupError):

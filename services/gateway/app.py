@@ -39,7 +39,6 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from services.gateway import dashboard, jobs_api
 from services.gateway.batcher import BatcherBusy, CheckinBatcher
-from services.gateway.config import GatewayConfig
 from services.gateway.demand import DemandView
 from services.gateway.loop_watch import LoopWatch
 from services.gateway.models import (
@@ -56,7 +55,7 @@ from venn.auth import AuthError, Claims, Tokens, bearer
 from venn.broker import topics
 from venn.broker.health import BrokerWatch
 from venn.broker.publish import KafkaEvents
-from venn.broker.security import client_options
+from venn.broker.security import JOBS, client_options
 from venn.broker.stream import (
     EventStream,
     KafkaRecords,
@@ -67,7 +66,7 @@ from venn.broker.stream import (
 )
 from venn.broker.topics import ensure_topics
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
-from venn.settings import Settings
+from venn.settings import GatewaySettings, Settings
 
 log = logging.getLogger("venn.gateway")
 
@@ -158,9 +157,9 @@ def checkin_id_of(assignment_id: str) -> str | None:
 class Gateway:
     """Kafka side of one gateway process: producer, assignments consumer, pending map."""
 
-    def __init__(self, config: GatewayConfig) -> None:
-        self.config = config
-        self.settings: Settings = config.settings
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.config: GatewaySettings = settings.gateway
         self.stats = GatewayStats()
         self.view = DemandView()
         self.view_ready = False
@@ -172,7 +171,7 @@ class Gateway:
         self.producer: AIOKafkaProducer | None = None
         self.jobs_producer: AIOKafkaProducer | None = None
         """The job API's writes to venn.jobs: as the ``jobs`` principal where Kafka has
-        SASL (`GatewayConfig.jobs_credentials`; None without them), else the producer."""
+        SASL (``jobs_credentials``; None without them), else the producer."""
         self.consumer: AIOKafkaConsumer | None = None
         self.stream: EventStream | None = None
         self.batcher: CheckinBatcher | None = None
@@ -183,6 +182,11 @@ class Gateway:
         self.started_at = 0.0
         self.broker = BrokerWatch(self.settings.broker, self.settings.kafka_credentials)
         self.tokens = Tokens(self.settings.auth_secret) if self.settings.auth_enabled else None
+        self.jobs_credentials = self.settings.principal_credentials(JOBS)
+        """The job API's own Kafka principal (`venn.broker.security.JOBS`), the only one
+        that writes venn.jobs: from VENN_KAFKA_PASSWORD_JOBS or the run dir's users. None
+        where Kafka has no SASL (the gateway's producer writes them), or where this gateway
+        serves devices only (its job API then refuses submissions and cancels: 503)."""
         self.assigned: OrderedDict[tuple[str, int, str], float] = OrderedDict()
         """(job, round, device) of recent assignments: only those devices may upload a
         result for that round."""
@@ -219,16 +223,16 @@ class Gateway:
             group_id=None,  # every gateway reads every assignment; no group, no rebalances
             enable_auto_commit=False,
             auto_offset_reset="latest",
-            fetch_max_wait_ms=self.config.fetch_wait_ms,
+            fetch_max_wait_ms=s.gateway_fetch_wait,
             **s.kafka_options,
         )
         await self.producer.start()
-        if self.config.jobs_credentials is not None:
+        if self.jobs_credentials is not None:
             self.jobs_producer = AIOKafkaProducer(
                 bootstrap_servers=s.broker,
                 client_id=f"{client}-jobs",
                 acks="all",
-                **client_options(self.config.jobs_credentials),
+                **client_options(self.jobs_credentials),
             )
             await self.jobs_producer.start()
         elif not s.kafka_user:
@@ -642,7 +646,7 @@ def _answer(status: int, payload: Json) -> web.Response:
     return _json(payload, status, retry if status == 429 else None)
 
 
-async def _read_body(request: web.Request, config: GatewayConfig, deadline: float) -> bytes:
+async def _read_body(request: web.Request, config: GatewaySettings, deadline: float) -> bytes:
     length = request.content_length
     if length is not None and length > config.max_body_bytes:
         raise RequestError(
@@ -687,12 +691,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _answer(status, payload)
 
 
-def create_app(
-    settings: Settings | None = None, config: GatewayConfig | None = None
-) -> web.Application:
-    """The aiohttp application; its startup connects to Kafka, its cleanup disconnects."""
-    config = config or GatewayConfig.from_env(settings)
-    gw = Gateway(config)
+def create_app(settings: Settings | None = None) -> web.Application:
+    """The aiohttp application (settings: default from the environment, with the gateway's
+    Kafka principal); its startup connects to Kafka, its cleanup disconnects."""
+    gw = Gateway((settings or Settings.from_env()).for_role("gateway"))
+    config = gw.config
     registry = CollectorRegistry()
     registry.register(StatsCollector("venn_gateway", lambda: gw.stats, gw.gauges))
     latency = Histogram(
@@ -716,7 +719,7 @@ def create_app(
 
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[timed, _errors])
     app[GATEWAY] = gw
-    spec = _encode(openapi_document(config))
+    spec = _encode(openapi_document(gw.settings))
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE})
@@ -818,12 +821,13 @@ def create_app(
 class GatewayServer:
     """create_app + an aiohttp site; `await start()` returns the bound port."""
 
-    def __init__(self, config: GatewayConfig, reuse_port: bool = False) -> None:
-        self.config = config
+    def __init__(self, settings: Settings | None = None, reuse_port: bool = False) -> None:
         self.reuse_port = reuse_port
-        self.app = create_app(config=config)
+        self.app = create_app(settings)
+        self.settings = self.gateway.settings
+        self.config = self.gateway.config
         self.runner: web.AppRunner | None = None
-        self.port = config.port
+        self.port = self.config.port
 
     @property
     def gateway(self) -> Gateway:
@@ -868,14 +872,12 @@ class GatewayServer:
 async def run_gateway(
     settings: Settings | None,
     stop_event: asyncio.Event,
-    config: GatewayConfig | None = None,
     *,
     reuse_port: bool = False,
     on_ready: Callable[[GatewayServer], None] | None = None,
 ) -> GatewayStats:
     """Serve until `stop_event` is set. Returns the counters."""
-    config = config or GatewayConfig.from_env(settings)
-    server = GatewayServer(config, reuse_port=reuse_port)
+    server = GatewayServer(settings, reuse_port=reuse_port)
     await server.start()
     log.info("gateway listening on %s", server.url)
     if on_ready is not None:

@@ -11,7 +11,7 @@ from services.gateway.jobs_openapi import add_job_api
 from services.gateway.models import CheckinRequest, EnrollmentRequest, ResultRequest
 
 if TYPE_CHECKING:
-    from services.gateway.config import GatewayConfig
+    from venn.settings import GatewaySettings, Settings
 
 Json = dict[str, Any]
 
@@ -44,11 +44,11 @@ def request_schemas() -> dict[str, Json]:
     return dict(components)
 
 
-def openapi_document(config: GatewayConfig) -> Json:
+def openapi_document(settings: Settings) -> Json:
     """The document of this gateway: with authentication (VENN_AUTH_SECRET) its tokens,
     401/403 answers and the enrolment path; without, none of them."""
-    doc = _document(config)
-    if not config.settings.auth_enabled:
+    doc = _document(settings.gateway)
+    if not settings.auth_enabled:
         doc["paths"].pop("/v1/devices")
         doc["components"].pop("securitySchemes")
         for name in ("Enrollment", "EnrollmentRequest"):
@@ -61,11 +61,11 @@ def openapi_document(config: GatewayConfig) -> Json:
         doc["paths"]["/v1/results"]["post"]["responses"]["403"] = _error(
             "The device holds no assignment of that round (`not_assigned`)."
         )
-    add_job_api(doc, config.settings.auth_enabled)
+    add_job_api(doc, settings.auth_enabled)
     return doc
 
 
-def _document(config: GatewayConfig) -> Json:
+def _document(config: GatewaySettings) -> Json:
     wait = config.wait_s
     retry_header = {
         "Retry-After": {

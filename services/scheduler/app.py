@@ -45,17 +45,18 @@ from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.scheduler import leases, metrics
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.stall import StallWatch
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
 from services.scheduler.transport import OutputProducer, SchedulerApp, TrackedTable
 from venn import events as ev
+from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
 from venn.broker.faust_offsets import LedgerConsumer, account, records, restore_progress
 from venn.broker.health import BrokerWatch
 from venn.broker.ledger import OffsetLedger, Outcome
+from venn.broker.process import free_port
 from venn.broker.publish import dead_letter as dead_letter_of
 from venn.broker.publish import message
 from venn.broker.stream import (
@@ -73,18 +74,12 @@ from venn.settings import Settings
 
 log = logging.getLogger(__name__)
 
-TABLES = ("jobs", "round", leases.TABLE)
+TABLES = topics.SCHEDULER_TABLES
 QUIET_LOGGERS = ("faust", "mode", "aiokafka")
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4"
 
 Handler = Callable[[Any, int, float], Any]
 """(event, partition, now) -> None, an event to publish, or a list of them."""
-
-
-def changelog_topics(settings: Settings) -> list[str]:
-    """Changelog topics of the app's tables: create them (with the input topics' partition
-    count) before the worker starts."""
-    return [topics.changelog_topic(settings.app_id, table) for table in TABLES]
 
 
 def faust_credentials(settings: Settings) -> faust.SASLCredentials | None:
@@ -103,11 +98,14 @@ def quiet_logs(level: int = logging.WARNING) -> None:
         logging.getLogger(name).setLevel(max(level, logging.INFO))
 
 
-def create_app(
-    settings: Settings | None = None, config: SchedulerConfig | None = None
-) -> faust.App:
-    config = config or SchedulerConfig.from_env(settings)
-    settings = config.settings
+def create_app(settings: Settings | None = None) -> faust.App:
+    """The app of one worker (settings: default from the environment, with the
+    scheduler's Kafka principal)."""
+    settings = (settings or Settings.from_env()).for_role("scheduler")
+    config = settings.scheduler
+    tokens = Tokens(settings.auth_secret) if settings.auth_enabled else None
+    # 0: any free port; every worker needs its own (Faust's web server always binds).
+    web_port = config.web_port or free_port(config.web_host)
     quiet_logs()
     tuning = settings.tuning
     app = SchedulerApp(
@@ -126,14 +124,14 @@ def create_app(
         broker_session_timeout=tuning.session_timeout_ms / 1000,
         broker_rebalance_timeout=tuning.rebalance_timeout_ms / 1000,
         broker_heartbeat_interval=tuning.heartbeat_interval_ms / 1000,
-        web_bind=settings.scheduler_web_host,
+        web_bind=config.web_host,
         broker_credentials=faust_credentials(settings),
-        web_port=config.web_port,
+        web_port=web_port,
         ledger=OffsetLedger(
             observe=lambda topic, p, outcome: metrics.OFFSETS.labels(topic, str(p), outcome).inc()
         ),
         # One per worker: workers of one run dir must not share Faust's data directory.
-        datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data-{config.web_port}"),
+        datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data-{web_port}"),
     )
     partitions = settings.topic_partitions
     jobs_table = app.Table("jobs", key_type=str, partitions=partitions)
@@ -234,7 +232,7 @@ def create_app(
     # Job and round events need a token that allowed them when they were produced: the rule
     # every reader of these topics applies (a forged event could register, cancel or close
     # any job: issue 12, defect 4; judged at production time: issue 26).
-    authorize = authorized(config.tokens)
+    authorize = authorized(tokens)
 
     def dead_letter(record: Record, reason: str, kind: str, now: float, item: int = -1) -> None:
         topic = record.topic
@@ -459,11 +457,7 @@ def create_app(
             return
         now = time.time()
         for job_id, seen in state.silent_jobs(now):
-            token = (
-                config.tokens.issue("admin", "scheduler", ttl_s=600)
-                if config.tokens is not None
-                else None
-            )
+            token = tokens.issue("admin", "scheduler", ttl_s=600) if tokens is not None else None
             expired = ev.JobExpired(
                 event_id=f"expired:{job_id}:{int(seen)}",
                 time=now,
@@ -586,9 +580,7 @@ def create_app(
 
     @app.task
     async def _revocations() -> None:
-        if config.tokens is not None:
-            await follow_revocations(
-                settings.broker, config.tokens.revocations, settings.kafka_options
-            )
+        if tokens is not None:
+            await follow_revocations(settings.broker, tokens.revocations, settings.kafka_options)
 
     return app

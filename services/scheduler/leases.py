@@ -39,7 +39,6 @@ import msgspec
 import numpy as np
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.outputs import assignment, assignment_batch, uniform_of
 from venn import events as ev
 from venn.checkin_columns import CheckinColumns
@@ -59,6 +58,7 @@ from venn.core.lease import (
 from venn.core.partition import Checkin, CheckinPartition, Decided, HoldRow, PartitionRow
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import decode_snapshot, sync_job
+from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class LeaseOwner:
 class Replica:
     """Every job as its owner last wrote it, for deciding check-ins (ranked table)."""
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerSettings) -> None:
         self.core: Scheduler = make_scheduler(config.policy, seed=config.seed, track_devices=False)
         self.core.ranked = True
         self.removed: set[str] = set()
@@ -260,7 +260,7 @@ class LeasedCheckins:
 
     def __init__(
         self,
-        config: SchedulerConfig,
+        config: SchedulerSettings,
         rule: LeaseRule,
         replica: Replica,
         table: MutableMapping[str, Any],

@@ -11,18 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from services.scheduler.app import changelog_topics
-from venn.broker.topics import ensure_topics
-from venn.settings import Settings
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-async def prepare_topics(settings: Settings) -> dict[str, int]:
-    """Create the Venn topics and the app's changelogs with one partition count."""
-    return await ensure_topics(
-        settings.broker, settings.topic_partitions, extra=changelog_topics(settings)
-    )
 
 
 def start_worker(

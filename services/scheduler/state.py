@@ -38,7 +38,6 @@ import msgspec
 import numpy as np
 
 from services.scheduler import metrics
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.dedupe import RecentIds
 from services.scheduler.leases import LeasedCheckins, LeaseOwner, release_event
 from services.scheduler.outputs import assignment, assignment_batch, uniform_of
@@ -58,6 +57,7 @@ from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
 from venn.fields import INDEX_MAX
+from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class OpenRoundRows:
 class SchedulerState:
     def __init__(
         self,
-        config: SchedulerConfig,
+        config: SchedulerSettings,
         jobs: MutableMapping[str, Any],
         rounds: MutableMapping[str, Any],
         owned_partitions: Callable[[], Collection[int] | None] = lambda: None,

@@ -19,7 +19,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from services.coordinator.resume import read_positions
-from services.gateway import GatewayConfig, GatewayServer
+from services.gateway import GatewayServer
 from venn import events as ev
 from venn.auth import Tokens
 from venn.auth.tokens import GivenTokens
@@ -35,7 +35,7 @@ ADMIN = TOKENS.issue("admin", "test-operator", ttl_s=600)
 
 async def gateway(broker: str, partitions: int) -> GatewayServer:
     settings = Settings(broker=broker, topic_partitions=partitions, auth_secret=SECRET)
-    server = GatewayServer(GatewayConfig(settings, port=0, wait_s=1.0))
+    server = GatewayServer(settings.with_gateway(port=0, wait_s=1.0))
     await server.start()
     deadline = time.monotonic() + 30
     while not server.gateway.view_ready:

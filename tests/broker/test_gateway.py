@@ -28,16 +28,17 @@ import jsonschema
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from services.gateway import GatewayConfig, GatewayServer
-from services.scheduler.process import prepare_topics, start_worker, stop_worker
+from services.gateway import GatewayServer
+from services.scheduler.process import start_worker, stop_worker
 from tests.event_recorder import EventRecorder, Published, Recorded
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import topics
 from venn.broker.process import free_port
+from venn.broker.topics import prepare_topics
 from venn.settings import Settings
 
-WAIT_S = 2.0  # see GatewayConfig.wait_s: an idle Faust worker on Tansu reads up to 1.5 s late
+WAIT_S = 2.0  # see VENN_GATEWAY_WAIT_S: an idle Faust worker on Tansu reads up to 1.5 s late
 READY_TIMEOUT = 90.0
 
 
@@ -168,7 +169,7 @@ async def stack(broker: str, run_dir: Path, partitions: int) -> AsyncIterator[St
     }
     tap = Tap(broker, partitions)
     await tap.start()
-    server = GatewayServer(GatewayConfig(settings, port=0, wait_s=WAIT_S))
+    server = GatewayServer(settings.with_gateway(port=0, wait_s=WAIT_S))
     await server.start()
     with open(run_dir / f"{app_id}.log", "ab") as log:
         worker = start_worker(env, log)
@@ -293,8 +294,7 @@ async def test_bad_input_gets_clear_4xx(stack: Stack) -> None:
 
 async def test_a_connection_that_never_finishes_its_headers_is_closed(stack: Stack) -> None:
     """Issue 12, defect 8: such a connection was held indefinitely."""
-    config = dataclasses.replace(stack.server.config, port=0, idle_timeout_s=1.0)
-    server = GatewayServer(config)
+    server = GatewayServer(stack.server.settings.with_gateway(port=0, idle_timeout_s=1.0))
     port = await server.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -376,7 +376,7 @@ async def test_late_assignment_is_released(stack: Stack) -> None:
     failed DeviceResult, so the device is not held by a task it never received."""
     tok = uuid.uuid4().hex[:8]
     attr, job_id, device = f"cpu_{tok}", f"job-{tok}", f"dev-{tok}"
-    config = GatewayConfig(stack.settings, port=0, wait_s=0.01)
+    config = stack.settings.with_gateway(port=0, wait_s=0.01)
     hasty = GatewayServer(config)
     await hasty.start()
     try:
@@ -407,7 +407,7 @@ async def test_late_assignment_is_released(stack: Stack) -> None:
 async def test_overload_answers_429_at_once(stack: Stack) -> None:
     tok = uuid.uuid4().hex[:8]
     attr, job_id, device = f"cpu_{tok}", f"job-{tok}", f"dev-{tok}"
-    config = GatewayConfig(stack.settings, port=0, wait_s=0.8, max_inflight=2)
+    config = stack.settings.with_gateway(port=0, wait_s=0.8, max_inflight=2)
     small = GatewayServer(config)
     await small.start()
     try:
@@ -433,10 +433,14 @@ async def test_overload_answers_429_at_once(stack: Stack) -> None:
             assert payload["assigned"] is False
             if status == 429:
                 assert payload["reason"] == "overloaded" and took < 0.5
-                assert retry_header == str(config.busy_retry_after_s) == str(payload["retry_after"])
+                assert (
+                    retry_header
+                    == str(small.config.busy_retry_after_s)
+                    == str(payload["retry_after"])
+                )
             else:
                 assert payload["reason"] == "no_assignment"
-        assert total < config.wait_s + 0.5
+        assert total < small.config.wait_s + 0.5
         assert small.gateway.stats.overloaded == 8
     finally:
         await small.stop()
@@ -449,7 +453,7 @@ async def test_a_checkin_read_after_a_stall_is_answered_at_once(stack: Stack) ->
     Here the loop stalls for longer than the bound while a check-in waits to be read; the
     lag-based shedding is set out of the way, so the bound alone is what answers."""
     tok = uuid.uuid4().hex[:8]
-    config = GatewayConfig(stack.settings, port=0, wait_s=1.0, fast_no=False, max_lag_s=60)
+    config = stack.settings.with_gateway(port=0, wait_s=1.0, fast_no=False, max_lag_s=60)
     slow = GatewayServer(config)
     await slow.start()
     try:
@@ -549,8 +553,7 @@ async def test_schemathesis_finds_no_failure_and_the_pipeline_still_assigns(stac
     # The authenticating gateway, fuzzed with an operator's token (so that generated
     # requests reach past the token check) and without one (401s, as documented).
     secret = secrets.token_urlsafe(32)
-    settings = dataclasses.replace(stack.settings, auth_secret=secret)
-    authed = GatewayServer(dataclasses.replace(stack.server.config, settings=settings, port=0))
+    authed = GatewayServer(dataclasses.replace(stack.server.settings, auth_secret=secret))
     await authed.start()
     try:
         admin = Tokens(secret).issue("admin", "fuzzer", ttl_s=3600)

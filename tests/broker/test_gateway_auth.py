@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from services.gateway import GatewayConfig, GatewayServer
+from services.gateway import GatewayServer
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import topics
@@ -49,7 +49,7 @@ class Authed:
 async def gateway(broker: str, partitions: int) -> AsyncIterator[Authed]:
     settings = Settings(broker=broker, topic_partitions=partitions, auth_secret=SECRET)
     await ensure_topics(broker, partitions)
-    server = GatewayServer(GatewayConfig(settings, port=0, wait_s=1.0))
+    server = GatewayServer(settings.with_gateway(port=0, wait_s=1.0))
     await server.start()
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
     try:

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from services.gateway import GatewayConfig, GatewayServer
+from services.gateway import GatewayServer
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import topics
@@ -82,7 +82,7 @@ class Api:
 async def api(broker: str, partitions: int) -> AsyncIterator[Api]:
     settings = Settings(broker=broker, topic_partitions=partitions, auth_secret=SECRET)
     await ensure_topics(broker, partitions)
-    server = GatewayServer(GatewayConfig(settings, port=0, wait_s=1.0))
+    server = GatewayServer(settings.with_gateway(port=0, wait_s=1.0))
     await server.start()
     deadline = time.monotonic() + 30
     while not server.gateway.view_ready and time.monotonic() < deadline:

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from services.recorder import RecorderStats, run_recorder
-from services.scheduler.process import prepare_topics, start_worker, stop_worker
+from services.scheduler.process import start_worker, stop_worker
 from tests.broker.test_scheduler_pipeline import (
     READY_TIMEOUT,
     Bus,
@@ -31,6 +31,7 @@ from venn.audit import make_engine
 from venn.auth import Tokens
 from venn.broker import topics
 from venn.broker.process import free_port
+from venn.broker.topics import prepare_topics
 from venn.settings import Settings
 
 SECRET = secrets.token_urlsafe(32)

@@ -14,13 +14,14 @@ import pytest
 import sqlalchemy as sa
 
 from services.recorder import RecorderStats, run_recorder
-from services.scheduler.process import prepare_topics, start_worker, stop_worker
+from services.scheduler.process import start_worker, stop_worker
 from tests.broker.test_scheduler_pipeline import READY_TIMEOUT, Bus, checkins
 from tests.event_recorder import EventRecorder, Published
 from venn import events as ev
 from venn.audit import make_engine
 from venn.broker import topics
 from venn.broker.process import free_port
+from venn.broker.topics import prepare_topics
 from venn.sdk import VennClient
 from venn.settings import Settings
 

@@ -7,18 +7,20 @@ signs in as `jobs`), and results tied to assignments whoever may write venn.resu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAuthorizationFailedError
 
-from services.gateway import GatewayConfig, GatewayServer
+from services.gateway import GatewayServer
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import security, topics
@@ -26,7 +28,7 @@ from venn.broker.kafka import KafkaBroker
 from venn.broker.security import Credentials, client_options
 from venn.broker.topics import ensure_topics
 from venn.sdk import VennClient
-from venn.settings import Settings
+from venn.settings import KafkaPasswords, Settings
 
 SECRET = secrets.token_urlsafe(32)
 
@@ -195,17 +197,21 @@ def gateway_settings(bootstrap: str) -> Settings:
     )  # fmt: skip
 
 
-async def test_the_job_api_writes_job_events_as_its_own_principal(secured: str) -> None:
+async def test_the_job_api_writes_job_events_as_its_own_principal(
+    secured: str, tmp_path: Path
+) -> None:
     tokens = Tokens(SECRET)
     admin_token = tokens.issue("admin", "operator", ttl_s=600)
     job_id = f"api-{uuid.uuid4().hex[:8]}"
     spec = {"job_id": job_id, "requirement": {f"only-{job_id}": 1}, "demand": 1, "rounds": 1,
             "deadline_s": 30}  # fmt: skip
     headers = {"Authorization": f"Bearer {admin_token}"}
-    jobs = Credentials(security.JOBS, USERS[security.JOBS])
-    for credentials, expected in ((None, 503), (jobs, 201)):
-        config = GatewayConfig(gateway_settings(secured), port=0, jobs_credentials=credentials)
-        server = GatewayServer(config)
+    for password, expected in (("", 503), (USERS[security.JOBS], 201)):
+        # The jobs principal's password given, or none (and no run dir that has one).
+        settings = gateway_settings(secured).with_gateway(port=0)
+        passwords = KafkaPasswords(jobs=password)
+        settings = dataclasses.replace(settings, kafka_passwords=passwords, run_dir=str(tmp_path))
+        server = GatewayServer(settings)
         await server.start()
         try:
             async with aiohttp.ClientSession() as http:

@@ -23,12 +23,13 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from services.scheduler.process import kill_worker, prepare_topics, start_worker, stop_worker
+from services.scheduler.process import kill_worker, start_worker, stop_worker
 from tests.event_recorder import EventRecorder
 from venn import events as ev
 from venn import fields
 from venn.broker import topics
 from venn.broker.process import free_port
+from venn.broker.topics import prepare_topics
 from venn.settings import Settings
 
 MAX_EVENT_BYTES = 4096

@@ -22,7 +22,7 @@ import msgspec
 import pytest
 import sqlalchemy as sa
 
-from services.scheduler.process import kill_worker, prepare_topics, stop_worker
+from services.scheduler.process import kill_worker, stop_worker
 from tests.broker.test_scheduler_pipeline import (
     READY_TIMEOUT,
     Bus,
@@ -36,6 +36,7 @@ from venn import events as ev
 from venn.audit import make_engine
 from venn.auth import Tokens
 from venn.broker import topics
+from venn.broker.topics import prepare_topics
 from venn.settings import Settings
 
 SECRET = secrets.token_urlsafe(32)

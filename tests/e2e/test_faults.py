@@ -37,7 +37,6 @@ from venn.broker.local import KAFKA_DIR, read_detached, write_record
 from venn.broker.process import free_port, pid_alive
 from venn.settings import Settings
 from venn.stack.capture import read_topics
-from venn.stack.demo import resolve_workload
 from venn.stack.local import down, gateway_spec, kafka_users, service_env, up
 from venn.stack.processes import (
     recorder_spec,
@@ -46,7 +45,7 @@ from venn.stack.processes import (
     start_service,
     stop_pid,
 )
-from venn.workloads import load_workload
+from venn.workloads import load_workload, resolve_workload
 
 pytestmark = pytest.mark.e2e
 
@@ -87,7 +86,7 @@ class Run:
         )  # fmt: skip
 
     def fleet(self) -> subprocess.Popen[bytes]:
-        gateway = f"http://127.0.0.1:{self.settings.gateway_port}"
+        gateway = f"http://127.0.0.1:{self.settings.gateway.port}"
         return self.spawn(
             "devices", "services.devices", "--speedup", str(SPEEDUP), "--rate", "1.5",
             "--epoch", str(self.epoch), "--gateway", gateway, "--log-level", "WARNING",

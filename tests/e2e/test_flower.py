@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from services.scheduler.process import prepare_topics, start_worker, stop_worker
+from services.scheduler.process import start_worker, stop_worker
 from tests.event_recorder import EventRecorder
 from venn.auth import Tokens
 from venn.broker import topics
 from venn.broker.process import free_port, wait_listening
+from venn.broker.topics import prepare_topics
 from venn.events import Assignment, RoundClosed
 from venn.integrations.flower.testbed.cluster import EXAMPLE_APPS, FlowerTestbed, NodeSpec
 from venn.integrations.flower.testbed.node import parse_requirement

@@ -1,4 +1,5 @@
-"""Locust, headless for a few seconds, against the embedded stack with both user types."""
+"""Locust, headless for a few seconds, in two processes, against the embedded stack secured
+as under `venn up` (device tokens from enrolment; Kafka principals), with both user types."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ async def result(tmp_path_factory: pytest.TempPathFactory) -> LoadTestResult:
     out = tmp_path_factory.mktemp("loadtest-out")
     cfg = LoadTestConfig(
         duration_s=8, users=10, kafka_users=1, spawn_rate=10, peak_rate=4,
-        kafka_peak_rate=100, day_s=8, out=out,
+        kafka_peak_rate=100, day_s=8, out=out, processes=2,
     )  # fmt: skip
-    return await run_loadtest(cfg, StackConfig(run_dir=out / "run", demand=20, deadline_s=5))
+    stack = StackConfig(run_dir=out / "run", demand=20, deadline_s=5, secure=True)
+    return await run_loadtest(cfg, stack)
 
 
 def test_checkins_were_answered_and_nothing_failed(result: LoadTestResult) -> None:
@@ -33,6 +35,25 @@ def test_checkins_were_answered_and_nothing_failed(result: LoadTestResult) -> No
     assert kafka is not None and kafka.type == "KAFKA" and kafka.requests > 0
     assert all(r.failures == 0 for r in result.rows), [r for r in result.rows if r.failures]
     assert result.total.requests == sum(r.requests for r in result.rows if r.name != "Aggregated")
+
+
+def test_devices_enrolled_and_checked_in_with_their_own_tokens(result: LoadTestResult) -> None:
+    enrolled = result.row("/v1/devices [enrol]")
+    assert enrolled is not None and enrolled.requests > 0 and enrolled.failures == 0
+    stats = result.gateway["stats"]
+    assert isinstance(stats, dict)
+    assert stats["enrolled"] >= enrolled.requests and stats["unauthorized"] == 0, stats
+
+
+def test_the_report_gives_checkins_per_second_per_process_and_per_user(
+    result: LoadTestResult,
+) -> None:
+    rates = result.rates
+    http = sum(r.rps for r in result.rows if r.name.startswith("/v1/checkin ["))
+    assert rates.http == http > 0 and rates.kafka > 0
+    assert rates.processes == 2 and rates.per_process == rates.total / 2
+    assert rates.per_http_user == rates.http / 10 and rates.per_kafka_user == rates.kafka
+    assert "per Locust process" in rates.summary()
 
 
 def test_reports_were_written(result: LoadTestResult) -> None:

@@ -92,7 +92,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[StackInfo, Settings]]:
 
 
 def checkin(settings: Settings, device: str) -> tuple[int, dict[str, Any]]:
-    url = f"http://127.0.0.1:{settings.gateway_port}/v1/checkin"
+    url = f"http://127.0.0.1:{settings.gateway.port}/v1/checkin"
     body = {"device_id": device, "attrs": DEVICE, "speed_ms_per_sample": 50, "bandwidth_kbps": 5e3}
     tokens = issuer(settings)
     assert tokens is not None  # venn up authenticates
@@ -103,8 +103,8 @@ def test_broker_loss_turns_health_red_and_everything_resumes(
     stack: tuple[StackInfo, Settings],
 ) -> None:
     info, settings = stack
-    gateway = f"http://127.0.0.1:{settings.gateway_port}/healthz"
-    scheduler = f"http://127.0.0.1:{settings.scheduler_web_port}/healthz"
+    gateway = f"http://127.0.0.1:{settings.gateway.port}/healthz"
+    scheduler = f"http://127.0.0.1:{settings.scheduler.web_port}/healthz"
     job = "outage-job"
 
     async def open_round(close_previous: bool) -> None:
@@ -165,7 +165,7 @@ def test_each_bad_record_gets_exactly_one_dead_letter(stack: tuple[StackInfo, Se
     venn.revocations none. Now each gets one, from the service that owns that topic's
     input."""
     _, settings = stack
-    gateway = f"http://127.0.0.1:{settings.gateway_port}/healthz"
+    gateway = f"http://127.0.0.1:{settings.gateway.port}/healthz"
     wait_until(lambda: http(gateway)[0] == 200, 60, "the gateway to serve")
     gateway_id = http(gateway)[1]["gateway_id"]
     admin = settings.for_role("admin").kafka_options

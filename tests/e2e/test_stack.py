@@ -1,4 +1,4 @@
-"""The README's "Running the stack" steps on Apache Kafka, and what survives `venn down`.
+"""The "venn up" steps of docs/operations.md on Apache Kafka, and what survives `venn down`.
 
 `venn up` (detached Kafka + embedded Postgres + services), the SDK example and the device
 fleet with no broker address given (they find the stack in the run dir), then `venn down`
@@ -194,7 +194,7 @@ def test_readme_steps_then_down_and_up_keeps_everything(tmp_path: Path) -> None:
     database_url = stack["database_url"]
     assert database_url.startswith("postgresql+psycopg://")
     try:
-        # The README's clients, with only the run dir: they find the stack's address.
+        # The clients of docs/operations.md, with only the run dir: they find the stack's address.
         found = clean_env(run_dir)
         assert Settings.from_env(found).broker == address
         KAFKA.update(Settings.from_env(found).for_role("admin").kafka_options)

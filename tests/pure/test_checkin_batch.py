@@ -15,13 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.state import SchedulerState
 from venn import events as ev
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
 from venn.core import make_scheduler
 from venn.core.model import JobSpec, Requirement
-from venn.settings import Settings
+from venn.settings import SchedulerSettings
 
 NOW = 1000.0
 
@@ -183,7 +182,7 @@ def open_round_state(
     demand: int, jobs: dict[str, Any] | None = None, rounds: dict[str, Any] | None = None
 ) -> SchedulerState:
     """A fifo worker's state with job "j" (ram >= 4) registered and its round 0 open."""
-    config = SchedulerConfig(settings=Settings(), policy="fifo")
+    config = SchedulerSettings(policy="fifo")
     s = SchedulerState(config, {} if jobs is None else jobs, {} if rounds is None else rounds)
     s.ensure_loaded(NOW)
     registered = ev.JobRegistered(
@@ -250,7 +249,7 @@ def test_dead_ids_do_not_reach_the_columns() -> None:
 def test_unread_batches_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     from services.scheduler import state as state_module
 
-    s = SchedulerState(SchedulerConfig(settings=Settings(), policy="fifo"), {}, {})
+    s = SchedulerState(SchedulerSettings(policy="fifo"), {}, {})
     batches = [
         ev.AssignmentBatch(event_id=f"asgb:{i}", time=NOW, job_id="j", assignments=[])
         for i in range(3)

@@ -1,6 +1,6 @@
 """A table compiled before any device was seen must not hide the first signature.
 
-The single mode at 12 partitions declined every check-in (docs/scaling.md, "Found while
+The single mode at 12 partitions declined every check-in (docs/notes/scaling.md, "Found while
 measuring"): the status publisher compiled the table on its timer after the job opened
 its round and before any device had checked in, when the eligibility index held no
 signature. That table had one row all the same, so signature 0 of the first check-in
@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import publish_status
 from venn import events as ev
@@ -24,7 +23,7 @@ from venn.core.model import JobSpec, Requirement
 from venn.core.partition import Checkin, CheckinPartition
 from venn.core.scheduler import Scheduler
 from venn.core.status import decode_status
-from venn.settings import Settings
+from venn.settings import SchedulerSettings
 
 NOW = 1000.0
 
@@ -63,7 +62,7 @@ def test_first_batch_after_an_empty_compile_is_assigned(policy: str) -> None:
 
 def test_status_timer_before_the_first_checkin() -> None:
     """The event order of the failing stack, on the worker's state machine."""
-    s = SchedulerState(SchedulerConfig(settings=Settings()), {}, {})  # the default policy
+    s = SchedulerState(SchedulerSettings(), {}, {})  # the default policy
     s.ensure_loaded(NOW)
     s.on_job_event(
         ev.JobRegistered(

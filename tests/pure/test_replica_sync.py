@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.leases import LeasedCheckins, LeaseOwner, Replica
 from services.scheduler.outputs import assignment, assignment_batch
 from services.scheduler.state import SchedulerState
@@ -17,7 +16,7 @@ from venn.core.lease import LeaseRule
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import snapshot_job, sync_job
-from venn.settings import Settings
+from venn.settings import SchedulerSettings
 
 NOW = 100.0
 
@@ -71,7 +70,7 @@ def test_a_new_round_is_taken_whole() -> None:
 
 
 def leased_owner(
-    config: SchedulerConfig, rule: LeaseRule, jobs: dict[str, Any], table: dict[str, Any]
+    config: SchedulerSettings, rule: LeaseRule, jobs: dict[str, Any], table: dict[str, Any]
 ) -> SchedulerState:
     """A leased worker's owner side on plain dicts."""
     state = SchedulerState(config, jobs, {})
@@ -97,7 +96,7 @@ def test_the_owner_writes_its_job_row_when_the_round_fills() -> None:
     """The leased mode's owner (``SchedulerState`` with a ``LeaseOwner``) stores the
     job's snapshot once its round is full, so that the replicas learn it."""
     jobs: dict[str, Any] = {}
-    config = SchedulerConfig(settings=Settings(), leased=True)
+    config = SchedulerSettings(mode="leased")
     state = leased_owner(config, LeaseRule(2), jobs, {})
     open_round(state, "a", 3)
 
@@ -112,7 +111,7 @@ def test_the_owner_writes_its_job_row_when_the_round_fills() -> None:
 
 
 def test_a_worker_decides_nothing_until_its_replica_has_read_every_job() -> None:
-    config = SchedulerConfig(settings=Settings(topic_partitions=1), leased=True)
+    config = SchedulerSettings(mode="leased")
     rule = LeaseRule(1)
     replica = Replica(config)
     table: dict[str, Any] = {}

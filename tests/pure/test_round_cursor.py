@@ -10,14 +10,13 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.state import SchedulerState
 from venn import events as ev
 from venn.core.model import JobSpec, Requirement
 from venn.core.registry import make_scheduler
 from venn.core.round_cursor import Applied, IndexSet, RoundCursor
 from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
-from venn.settings import Settings
+from venn.settings import SchedulerSettings
 
 NOW = 1000.0
 
@@ -148,7 +147,7 @@ def test_the_worker_assigns_nothing_to_a_round_closed_before_its_request_was_rea
     read a round's close first. Before the shared rules it opened that round on the
     request read next, and assigned devices to a round whose coordinator had moved on."""
     jobs: dict[str, Any] = {}
-    s = SchedulerState(SchedulerConfig(settings=Settings(), policy="fifo"), jobs, {})
+    s = SchedulerState(SchedulerSettings(policy="fifo"), jobs, {})
     s.ensure_loaded(NOW)
     registered, requested, closed = job_events()
     s.on_job_event(registered, 0, NOW)

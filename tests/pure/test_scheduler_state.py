@@ -8,18 +8,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.scheduler.config import SchedulerConfig
 from services.scheduler.state import SchedulerState
 from venn import events as ev
 from venn.broker.stream import Refused
-from venn.settings import Settings
+from venn.settings import SchedulerSettings
 
 NOW = 1000.0
 ATTRS = {"ram": 8.0}
 
 
 def state(jobs: dict[str, Any], rounds: dict[str, Any]) -> SchedulerState:
-    s = SchedulerState(SchedulerConfig(settings=Settings(), policy="fifo"), jobs, rounds)
+    s = SchedulerState(SchedulerSettings(policy="fifo"), jobs, rounds)
     s.ensure_loaded(NOW)
     return s
 
@@ -126,8 +125,8 @@ def registered(job: str, submit_token: str | None = None, deadline: float = 60) 
     )  # fmt: skip
 
 
-def config(**changes: Any) -> SchedulerConfig:
-    return SchedulerConfig(settings=Settings(), policy="fifo", **changes)
+def config(**changes: Any) -> SchedulerSettings:
+    return SchedulerSettings(policy="fifo", **changes)
 
 
 def test_a_silent_job_is_reported_once_and_its_expiry_removes_it() -> None:

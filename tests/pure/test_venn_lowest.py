@@ -1,6 +1,6 @@
 """`venn` has the lowest average JCT of all policies on every Table 1 workload.
 
-The report (docs/reproduction.md) shows it at rounds x0.1; here every policy runs every
+The report (docs/results/reproduction.md) shows it at rounds x0.1; here every policy runs every
 workload at x0.02 (same load shape, a few seconds a run) on the synthetic trace. Ties
 count: `venn-sched` is `venn` without matching and runs identically wherever the
 matching restricts no round.

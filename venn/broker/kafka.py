@@ -84,7 +84,9 @@ def kafka_version() -> str:
 
 
 def cache_root() -> Path:
-    explicit = os.environ.get("VENN_CACHE_DIR")
+    from venn.settings import Settings  # venn.settings imports this package
+
+    explicit = Settings.from_env(running=False).cache_dir
     if explicit:
         return Path(explicit).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")

@@ -126,19 +126,9 @@ SERVICES = PRINCIPALS[1:]
 
 def password_variable(principal: str) -> str:
     """The environment variable with ``principal``'s password where the passwords are given,
-    not generated (docker-compose): VENN_KAFKA_PASSWORD_SCHEDULER, ..._ADMIN."""
+    not generated (docker-compose): VENN_KAFKA_PASSWORD_SCHEDULER, ..._ADMIN (read as
+    `venn.settings.KafkaPasswords`)."""
     return f"VENN_KAFKA_PASSWORD_{principal.upper()}"
-
-
-def passwords_from_env(
-    environ: Mapping[str, str], principals: tuple[str, ...] = SERVICES
-) -> dict[str, str]:
-    """Principal -> password from each one's `password_variable`; ValueError naming every
-    variable that is unset or empty."""
-    missing = [password_variable(p) for p in principals if not environ.get(password_variable(p))]
-    if missing:
-        raise ValueError(f"set {', '.join(missing)} (one password per Kafka principal)")
-    return {p: environ[password_variable(p)] for p in principals}
 
 
 def client_options(creds: Credentials | None) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 the fallback for machines without a JDK.
 
 Tansu here only has memory storage: stopping the broker loses every topic and offset. Its
-other limits (no idempotent producer, short ListOffsets answers) are in docs/kafka.md and
-shape `venn.broker.tuning`.
+other limits (no idempotent producer, short ListOffsets answers) are listed in
+`venn.broker.tuning`, which they shape.
 """
 
 from __future__ import annotations

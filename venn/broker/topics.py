@@ -1,4 +1,4 @@
-"""Every Venn topic name, and their explicit creation.
+"""Every Venn topic name, and their preparation (`prepare_topics`).
 
 Tansu auto-creates an unknown topic with 4 partitions as soon as anyone produces to it or
 asks for its metadata; Faust then crash-loops on a partition mismatch between a table's
@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
+
+if TYPE_CHECKING:
+    from venn.settings import Settings
 
 CHECKINS = "venn.checkins"
 """Device check-ins. Key: device_id."""
@@ -95,9 +98,34 @@ class TopicError(RuntimeError):
     pass
 
 
+SCHEDULER_TABLES: tuple[str, ...] = ("jobs", "round", "lease")
+"""The scheduler's Faust tables (``services.scheduler``): each has a changelog topic, which
+must exist, with the inputs' partition count, before a worker starts."""
+
+
 def changelog_topic(app_id: str, table: str) -> str:
     """Faust's changelog topic name for `table` of app `app_id`."""
     return f"{app_id}-{table}-changelog"
+
+
+def scheduler_changelogs(app_id: str) -> list[str]:
+    """The changelog topics of the scheduler app ``app_id`` (VENN_APP_ID)."""
+    return [changelog_topic(app_id, table) for table in SCHEDULER_TABLES]
+
+
+async def prepare_topics(settings: Settings) -> dict[str, int]:
+    """Create every Venn topic and the scheduler's changelogs with one partition count
+    (as the admin principal where the broker is secured: `Settings.for_role`); idempotent.
+    Run it before any service starts (`venn up`, `venn prepare`, the demo, the tests)."""
+    from venn.broker.security import ADMIN  # security imports this module
+
+    admin = settings.for_role(ADMIN)
+    return await ensure_topics(
+        admin.broker,
+        admin.topic_partitions,
+        extra=scheduler_changelogs(admin.app_id),
+        options=admin.kafka_options,
+    )
 
 
 def prefixed(prefix: str, names: Iterable[str] = ALL_TOPICS) -> list[str]:

@@ -1,7 +1,7 @@
 """Kafka client settings that depend on the broker: Tansu needs workarounds, Apache Kafka
 does not. Every service takes its producer, consumer-group and fetch settings from here.
 
-Tansu (see docs/kafka.md):
+Tansu (measured against Apache Kafka in docs/notes/performance.md):
 - its ListOffsets answer ends at the last batch's base offset, so Faust's table recovery
   drops the tail of a multi-record changelog batch: Faust's producer sends one record per
   batch;

@@ -1,10 +1,12 @@
-"""The ``venn`` command line: simulator commands, the local stack and audit reports."""
+"""The ``venn`` command line: simulator commands, the local stack, jobs, tokens, audit
+reports and the settings (`venn config`)."""
 
 from __future__ import annotations
 
 import typer
 
 from venn.cli import (
+    config_commands,
     job_commands,
     report_commands,
     sim_commands,
@@ -22,6 +24,7 @@ stack_commands.register(app)
 report_commands.register(app)
 token_commands.register(app)
 job_commands.register(app)
+config_commands.register(app)
 
 
 def main() -> None:

@@ -4,7 +4,6 @@ request with its errors turned into one-line messages (`ApiFailure`)."""
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.request
@@ -39,11 +38,11 @@ class ApiClient:
         """Flags first, then VENN_API_URL/VENN_API_TOKEN, then the run dir of `venn up`
         (its gateway port; an operator token minted with its secret)."""
         settings = Settings.from_env()
-        url = url or os.environ.get("VENN_API_URL")
+        url = url or settings.cli.api_url
         if not url:
-            port = stack_ports(settings.run_dir).get("gateway", settings.gateway_port)
-            url = f"http://{settings.gateway_host}:{port}"
-        token = token or os.environ.get("VENN_API_TOKEN")
+            port = stack_ports(settings.run_dir).get("gateway", settings.gateway.port)
+            url = f"http://{settings.gateway.host}:{port}"
+        token = token or settings.cli.api_token
         if not token and settings.auth_enabled:
             token = Tokens(settings.auth_secret).issue("admin", "venn-cli", ttl_s=ADMIN_TTL_S)
         return cls(url.rstrip("/"), token)

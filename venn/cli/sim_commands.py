@@ -86,7 +86,7 @@ def reproduce(
     workloads: Annotated[list[str] | None, typer.Option(help="subset of Table 1 workloads")] = None,
     jobs: Annotated[int, typer.Option(min=1)] = 50,
     processes: Annotated[int, typer.Option(min=1)] = 2,
-    out: Annotated[Path, typer.Option(help="where the report and plots go")] = Path("docs"),
+    out: Annotated[Path, typer.Option(help="where the report and plots go")] = Path("docs/results"),
     rounds_scale: Annotated[
         float,
         typer.Option(help="scale every job's rounds and the horizon"),

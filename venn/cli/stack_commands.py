@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-from collections.abc import Mapping
 from typing import Annotated
 
 import typer
@@ -43,7 +41,7 @@ def _dashboard_url(ttl_s: float | None = None) -> str:
     from venn.stack.local import DASHBOARD_TOKEN_TTL_S, dashboard_url, stack_ports
 
     settings = Settings.from_env()
-    port = stack_ports(settings.run_dir).get("gateway", settings.gateway_port)
+    port = stack_ports(settings.run_dir).get("gateway", settings.gateway.port)
     return dashboard_url(settings, port, ttl_s or DASHBOARD_TOKEN_TTL_S)
 
 
@@ -97,6 +95,7 @@ def demo(
     from venn.stack.demo import DemoConfig, DemoHandles, run_demo
     from venn.stack.progress import ProgressView, result_table
 
+    settings = Settings.from_env(running=False)  # the demo's stack is its own
     config = DemoConfig(
         workload=workload,
         policy=policy,
@@ -105,11 +104,12 @@ def demo(
         speedup=speedup,
         rate_per_s=rate,
         arrival_scale=arrival_scale,
-        database_url=database_url or os.environ.get("VENN_DATABASE_URL", ""),
-        broker_kind=broker_kind or os.environ.get("VENN_BROKER_KIND", "auto"),
+        database_url=database_url or settings.database_url,
+        broker_kind=broker_kind or settings.broker_kind,
         timeout_s=timeout,
         workers=workers,
-        scheduler_mode=os.environ.get("VENN_SCHEDULER_MODE", ""),
+        # leased when VENN_SCHEDULER_MODE says so, else as the workers need
+        scheduler_mode="leased" if settings.scheduler.leased else "",
     )
     handles = DemoHandles()
     if as_json:
@@ -151,13 +151,13 @@ def prepare(
     cannot be made with the storage) it also makes the service principals' SCRAM users and
     grants their ACLs (venn.broker.security), idempotently.
     """
+    from venn.broker.topics import prepare_topics
     from venn.stack.local import prepare as prepare_all
-    from venn.stack.local import prepare_topics
 
     settings = Settings.from_env()
     console = Console()
     if secure:
-        users, acls = secure_kafka(settings, os.environ)
+        users, acls = secure_kafka(settings)
         console.print(
             f"users {', '.join(users)} and {acls} ACLs ready on {settings.broker}", soft_wrap=True
         )
@@ -168,7 +168,7 @@ def prepare(
     console.print(f"topics ready on {settings.broker}")
 
 
-def secure_kafka(settings: Settings, environ: Mapping[str, str]) -> tuple[list[str], int]:
+def secure_kafka(settings: Settings) -> tuple[list[str], int]:
     """`venn prepare --secure`: the SCRAM users and ACLs of every service principal, made by
     the admin of ``settings``. Exits 2 with one line when a credential is missing."""
     from venn.broker import security
@@ -177,7 +177,7 @@ def secure_kafka(settings: Settings, environ: Mapping[str, str]) -> tuple[list[s
     try:
         if admin is None:
             raise ValueError("set VENN_KAFKA_USER and VENN_KAFKA_PASSWORD to the Kafka admin's")
-        passwords = security.passwords_from_env(environ)
+        passwords = settings.kafka_passwords.of(security.SERVICES)
     except ValueError as exc:
         Console(stderr=True).print(f"venn prepare --secure: {exc}")
         raise typer.Exit(2) from None

@@ -50,7 +50,7 @@ class Scheduler:
     eligible for the devices the round passes over, and a restriction lifts at the first
     plan recompute where such a job appears. A restricted round hands the slower tiers
     to its competitors while it fills more slowly; on the contended Table 1 workloads
-    their loss outweighs its gain (docs/reproduction.md, "Tier matching under
+    their loss outweighs its gain (docs/results/reproduction.md, "Tier matching under
     contention"), while devices nobody else wants cost nobody anything.
     """
 

@@ -90,7 +90,7 @@ def report_section(
     policies: Sequence[str],
     meta: dict[str, Any],
 ) -> list[str]:
-    """The "Optimality bound" section of docs/reproduction.md (generated)."""
+    """The "Optimality bound" section of docs/results/reproduction.md (generated)."""
     rs, jobs = meta["rounds_scale"], meta["jobs"]
     slots = sorted({float(b.get("slot_s", SLOT_S)) for b in bounds.values()})
     option = f" --bound-slot-s {slots[0]:g}" if len(slots) == 1 and slots[0] != SLOT_S else ""

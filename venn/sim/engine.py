@@ -1,4 +1,4 @@
-"""The trace-driven, discrete-event simulator (semantics of venn-paper.md §5).
+"""The trace-driven, discrete-event simulator (semantics of the paper's §5).
 
 Events: job arrival, round request, check-in, round close (at ceil(0.8*D) results or at
 the deadline), horizon end. A dispatched task starts after U(0,2) s of noise, takes

@@ -7,7 +7,7 @@ that knob (``Scheduler(fairness_eps=...)``, ``venn.core.fairness``). Per run:
   same figure as Table 1 (1.88x at epsilon = 0 is Table 1's Venn on Low). So the speed-up
   here is Random's average JCT over the run's, both as censored means at the common
   horizon H (``venn.sim.metrics``), Random being the paper's §5 definition (policy
-  ``random``). Because that Random livelocks on these workloads (docs/reproduction.md),
+  ``random``). Because that Random livelocks on these workloads (docs/results/reproduction.md),
   the speed-up over ``random-order`` (the reference driver's random baseline) and over
   epsilon = 0 are given beside it.
 - **Fair share**: job i meets its fair-share JCT if it finished within H and
@@ -30,19 +30,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.progress import Progress
+
+from venn.sim.workload_runs import ISOLATED, WorkloadRun, simulate_in_processes
 
 FAIRNESS_WORKLOADS = ("even", "low")
 EPSILONS = (0.0, 0.5, 1.0, 2.0, 4.0)
-BASELINES = ("isolated", "random", "random-order")
+BASELINES = (ISOLATED, "random", "random-order")
 POLICY = "venn"
-# Paper Fig 14 (venn-paper.md §3): epsilon -> (speed-up over Random, share of jobs within
+# Paper Fig 14 (the paper's §3): epsilon -> (speed-up over Random, share of jobs within
 # their fair-share JCT). The paper gives no point at 0.5.
 PAPER_CURVE: dict[float, tuple[float, float]] = {
     0.0: (1.88, 0.40),
@@ -58,12 +58,13 @@ def eps_key(eps: float) -> str:
     return f"eps={eps:g}"
 
 
-def _run(workload: str, key: str, jobs: int, rounds_scale: float, a_scale: float) -> dict[str, Any]:
-    from venn.sim.reproduce import _one  # the report's runs, the same way
-
+def sweep_run(
+    workload: str, key: str, jobs: int, rounds_scale: float, arrival_scale: float
+) -> WorkloadRun:
+    """The run behind a key of the sweep: ``eps=X`` (Venn with the knob X) or a baseline."""
     if key.startswith("eps="):
-        return _one(workload, POLICY, jobs, rounds_scale, a_scale, float(key[4:]))
-    return _one(workload, key, jobs, rounds_scale, a_scale)
+        return WorkloadRun(workload, POLICY, jobs, rounds_scale, arrival_scale, float(key[4:]))
+    return WorkloadRun(workload, key, jobs, rounds_scale, arrival_scale)
 
 
 def _load(path: Path, meta: dict[str, Any]) -> Runs:
@@ -109,18 +110,13 @@ def run_fairness(
             else:
                 tasks.append((w, key))
     _save(path, meta, runs)
-    if tasks:
-        with Progress(console=console) as progress, ProcessPoolExecutor(processes) as pool:
-            bar = progress.add_task("fairness sweep", total=len(tasks))
-            futures = {
-                pool.submit(_run, w, k, jobs, rounds_scale, arrival_scale): (w, k) for w, k in tasks
-            }
-            for fut in as_completed(futures):
-                w, k = futures[fut]
-                runs[w][k] = fut.result()
-                _save(path, meta, runs)
-                progress.console.print(f"done: {w} / {k}")
-                progress.advance(bar)
+
+    def done(key: tuple[str, str], result: dict[str, Any]) -> None:
+        runs[key[0]][key[1]] = result
+        _save(path, meta, runs)
+
+    work = [((w, k), sweep_run(w, k, jobs, rounds_scale, arrival_scale)) for w, k in tasks]
+    simulate_in_processes(work, processes, console, done, "fairness sweep")
     plot_fairness(runs, out)
     return runs
 
@@ -226,7 +222,7 @@ def _cell(x: float | None, spec: str) -> str:
 
 
 def report_section(runs: Runs, meta: dict[str, Any]) -> list[str]:
-    """The "Fairness" section of docs/reproduction.md (generated)."""
+    """The "Fairness" section of docs/results/reproduction.md (generated)."""
     rs, jobs = meta["rounds_scale"], meta["jobs"]
     lines = [
         "## Fairness (paper Fig 14)",
@@ -234,7 +230,7 @@ def report_section(runs: Runs, meta: dict[str, Any]) -> list[str]:
         f"Command: `venn reproduce --fairness --jobs {jobs} --rounds-scale {rs}` (`venn` with "
         "the knob epsilon; rounds and arrival gaps x"
         f"{rs}; epsilon 0 and the baselines are the runs of the tables above). The paper's "
-        "curve (venn-paper.md §3) is about 1.88x / 40% at epsilon 0, 1.72x / 55% at 1, "
+        "curve (its §3) is about 1.88x / 40% at epsilon 0, 1.72x / 55% at 1, "
         "1.60x / 69% at 2 and 1.50x / 80% at 4.",
         "",
         "- *Speed-up* is Random's censored mean JCT over the run's, as the paper measures "

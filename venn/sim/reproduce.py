@@ -19,28 +19,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
-from venn.core.model import JobSpec
-from venn.sim.engine import SimConfig
-from venn.sim.metrics import summarise
-from venn.sim.runner import (
-    horizon_of,
-    isolated_jcts,
-    run_jobs,
-    scale_jobs,
-    scaled_horizon,
-    trace_for,
-)
-from venn.traces.checkins import CheckinSource
-from venn.workloads import TIER_NAMES, load_workload
+from venn.sim import fairness_sweep
+from venn.sim.workload_runs import ISOLATED, WorkloadRun, simulate_in_processes
+from venn.workloads import TIER_NAMES
 
 TABLE1_WORKLOADS = ("even", "small", "large", "low", "high")
 POLICY_ORDER = (
@@ -53,7 +41,6 @@ POLICY_ORDER = (
     "venn-paper",
     "venn",
 )
-ISOLATED = "isolated"  # pseudo-policy: every job alone (the lower bound)
 _PAPER_TABLE1: dict[str, dict[str, float]] = {
     "even": {"fifo": 1.38, "srsf": 1.69, "venn": 1.87},
     "small": {"fifo": 1.48, "srsf": 1.68, "venn": 1.78},
@@ -76,59 +63,6 @@ ANALYSIS_BEGIN = "<!-- analysis:begin (hand-written; kept when the report is reg
 ANALYSIS_END = "<!-- analysis:end -->"
 
 Results = dict[str, dict[str, dict[str, Any]]]
-
-
-def _setup(
-    workload: str, jobs: int, rounds_scale: float, arrival_scale: float
-) -> tuple[Any, list[JobSpec]]:
-    wl = load_workload(workload, jobs=jobs)
-    return wl, scale_jobs(wl.jobs, rounds_scale, arrival_scale)
-
-
-def _one(
-    workload: str,
-    policy: str,
-    jobs: int,
-    rounds_scale: float,
-    arrival_scale: float,
-    fairness_eps: float = 0.0,
-) -> dict[str, Any]:
-    """One (workload, policy) run, or every job alone when ``policy == ISOLATED``."""
-    wl, specs = _setup(workload, jobs, rounds_scale, arrival_scale)
-    common = scaled_horizon(wl, rounds_scale)
-
-    def source_for(h: float) -> CheckinSource:
-        return trace_for(wl, "synthetic", wl.seed, h)
-
-    if policy == ISOLATED:
-        cfg = SimConfig(policy="fifo", seed=wl.seed, horizon_s=common)
-        iso = isolated_jcts(specs, source_for, cfg)
-        # None: the job does not finish even alone within the horizon (keeps the JSON standard).
-        jct_by_job = {k: (v if math.isfinite(v) else None) for k, v in iso.items()}
-        return {"workload": workload, "policy": ISOLATED, "jct_by_job": jct_by_job}
-    cfg = SimConfig(
-        policy=policy,
-        seed=wl.seed,
-        horizon_s=horizon_of(wl, policy, rounds_scale),
-        fairness_eps=fairness_eps,
-    )
-    run = run_jobs(specs, source_for, cfg)
-    out = summarise(run, None, {"workload": workload}, censor_at=common)
-    out["jcts"] = [j.jct for j in run.jobs if j.jct is not None]
-    out["per_job"] = [
-        {
-            "id": j.spec.job_id,
-            "tier": j.spec.tier,
-            "demand": j.spec.demand,
-            "rounds": j.spec.rounds,
-            "arrival": j.spec.arrival,
-            "jct": j.jct,
-            "succeeded_rounds": j.succeeded_rounds,
-            "attempts": len(j.rounds),
-        }
-        for j in run.jobs
-    ]
-    return out
 
 
 def _meta(jobs: int, rounds_scale: float, arrival_scale: float) -> dict[str, Any]:
@@ -182,18 +116,13 @@ def run_reproduction(
     for w in names:
         results.setdefault(w, {})
     tasks = [(w, p) for w, p in task_order(names) if p not in results[w]]
-    if tasks:
-        with Progress(console=console) as progress, ProcessPoolExecutor(processes) as pool:
-            bar = progress.add_task("simulating", total=len(tasks))
-            futures = {
-                pool.submit(_one, w, p, jobs, rounds_scale, a_scale): (w, p) for w, p in tasks
-            }
-            for fut in as_completed(futures):
-                w, p = futures[fut]
-                results[w][p] = fut.result()
-                _save(path, meta, results)
-                progress.console.print(f"done: {w} / {p}")
-                progress.advance(bar)
+
+    def done(key: tuple[str, str], result: dict[str, Any]) -> None:
+        results[key[0]][key[1]] = result
+        _save(path, meta, results)
+
+    runs = [((w, p), WorkloadRun(w, p, jobs, rounds_scale, a_scale)) for w, p in tasks]
+    simulate_in_processes(runs, processes, console, done)
     _save(path, meta, results)
     console.print(speedup_table(results))
     write_report(results, out, meta, names)
@@ -617,7 +546,7 @@ def report_text(
 def extra_sections(results: Results, out: Path, meta: dict[str, Any]) -> list[str]:
     """The fairness and bound sections, from ``<out>/fairness.json`` and
     ``<out>/bound.json`` when they hold runs of the report's scales."""
-    from venn.sim import bound_report, fairness_sweep
+    from venn.sim import bound_report  # scipy: only for a report with a bound
 
     lines: list[str] = []
     for name in ("fairness.json", "bound.json"):
@@ -649,11 +578,9 @@ def report_from_json(out: Path) -> None:
     plot(results, out)
     fairness = out / "fairness.json"
     if fairness.is_file():
-        from venn.sim.fairness_sweep import plot_fairness
-
         sweep = json.loads(fairness.read_text())
         if sweep.get("meta") == data["meta"]:
-            plot_fairness(sweep["runs"], out)
+            fairness_sweep.plot_fairness(sweep["runs"], out)
 
 
 def plot(results: Results, out: Path) -> None:

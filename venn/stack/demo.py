@@ -22,6 +22,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from services.coordinator import JobProgress, compress_arrivals, run_coordinator
+from services.devices import FleetStats, run_devices, synthetic_source
 from venn.audit.db import make_engine
 from venn.audit.embedded import EmbeddedPostgres, server_version
 from venn.audit.migrate import upgrade_database
@@ -29,30 +31,20 @@ from venn.audit.models import JobAudit, RoundAudit
 from venn.broker import security
 from venn.broker.local import describe, local_broker, resolve_kind
 from venn.broker.process import free_port
+from venn.broker.topics import prepare_topics
 from venn.core.model import JobSpec
-from venn.data import DATA_DIR
 from venn.events import Event
 from venn.sdk.clock import TraceClock
 from venn.settings import Settings, run_dir_kafka_users, run_dir_secret
 from venn.stack.capture import read_topics
-from venn.stack.local import POSTGRES_DIR, prepare_topics, service_env, wait_scheduler_ready
+from venn.stack.local import POSTGRES_DIR, service_env, wait_scheduler_ready
 from venn.stack.processes import (
     default_services_for_demo,
     log_tail,
     start_service,
     stop_services,
 )
-from venn.workloads import WORKLOAD_NAMES, load_workload
-
-
-def resolve_workload(name_or_path: str) -> str:
-    """``demo``, a paper workload name, or a path -> what `load_workload` accepts."""
-    if name_or_path in WORKLOAD_NAMES or Path(name_or_path).is_file():
-        return name_or_path
-    packaged = DATA_DIR / "workloads" / f"{name_or_path}_workload.yml"
-    if packaged.is_file():
-        return str(packaged)
-    raise FileNotFoundError(f"no workload {name_or_path!r} (a name or a YAML path)")
+from venn.workloads import load_workload, resolve_workload
 
 
 @dataclass(frozen=True)
@@ -65,7 +57,7 @@ class DemoConfig:
     seed: int | None = None  # workload sampling seed (None: the YAML's RANDOMSEED)
     speedup: float = 12.0
     # 1 check-in per trace second and jobs arriving within a minute of each other: the
-    # jobs' overlapping requirements really compete (see docs/benchmarks.md, fidelity).
+    # jobs' overlapping requirements really compete (see docs/notes/benchmarks.md, fidelity).
     rate_per_s: float = 1.0  # synthetic check-ins per trace second
     num_devices: int | None = None
     trace_seed: int = 0
@@ -150,8 +142,8 @@ class DemoResult:
 class DemoHandles:
     """Live objects a progress display may read while the demo runs."""
 
-    progress: dict[str, Any] = field(default_factory=dict)  # job_id -> JobProgress
-    fleet: Any = None  # FleetStats
+    progress: dict[str, JobProgress] = field(default_factory=dict)
+    fleet: FleetStats | None = None
     clock: TraceClock | None = None
     phase: str = "starting"
     settings: Settings | None = None  # the stack's, once it runs
@@ -202,12 +194,9 @@ def _checkins_decided(port: int) -> int:
 async def run_demo(
     config: DemoConfig = DemoConfig(),
     handles: DemoHandles | None = None,
-    on_progress: Callable[[Any], None] | None = None,
+    on_progress: Callable[[JobProgress], None] | None = None,
 ) -> DemoResult:
     """Run a workload through a private embedded stack; tear it all down afterwards."""
-    from services.coordinator import compress_arrivals, run_coordinator
-    from services.devices import FleetStats, run_devices, synthetic_source
-
     handles = handles or DemoHandles()
     started = time.monotonic()
     workload = load_workload(resolve_workload(config.workload), config.jobs, config.seed)
@@ -250,14 +239,14 @@ async def run_demo(
             )  # fmt: skip
         await prepare_topics(settings)
         await asyncio.to_thread(upgrade_database, db_url)
-        settings = dataclasses.replace(settings, scheduler_mode=config.mode)
+        settings = settings.with_scheduler(mode=config.mode)
         handles.settings, handles.run_dir = settings, run
         for spec in default_services_for_demo(config.workers):
             role = "scheduler" if spec.name.startswith("scheduler") else spec.name
-            env = service_env(settings.for_role(role), config.policy, config.trace_seed)
-            if role == "scheduler":
-                port = handles.worker_ports[spec.name] = free_port()
-                env["VENN_SCHEDULER_WEB_PORT"] = str(port)
+            port = free_port() if role == "scheduler" else 0
+            if port:
+                handles.worker_ports[spec.name] = port
+            env = service_env(settings.for_role(role), config.policy, config.trace_seed, port)
             start_service(run, spec, env, detached=False)
         if not await wait_scheduler_ready(settings, members=config.workers):
             raise RuntimeError("scheduler not ready:\n" + log_tail(run, "scheduler"))
@@ -267,7 +256,7 @@ async def run_demo(
         fleet = FleetStats()
         handles.fleet, handles.clock, handles.phase = fleet, clock, "running"
 
-        def progress(p: Any) -> None:
+        def progress(p: JobProgress) -> None:
             handles.progress[p.job_id] = p
             if on_progress is not None:
                 on_progress(p)

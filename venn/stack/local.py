@@ -27,7 +27,7 @@ from venn.broker.local import (
     stop_detached,
 )
 from venn.broker.process import free_port, port_free, split_address, wait_listening
-from venn.broker.topics import ensure_topics
+from venn.broker.topics import prepare_topics
 from venn.settings import (
     STACK_FIELDS,
     STACK_FILE,
@@ -64,32 +64,19 @@ def absolute(settings: Settings) -> Settings:
     return dataclasses.replace(settings, run_dir=str(Path(settings.run_dir).resolve()))
 
 
-def scheduler_topics(settings: Settings) -> list[str]:
-    """The scheduler's changelog topics (they must exist before it starts)."""
-    from services.scheduler.app import changelog_topics
-
-    return list(changelog_topics(settings))
-
-
-async def prepare_topics(settings: Settings) -> dict[str, int]:
-    """Every topic, scheduler changelogs included (as the admin principal when secured)."""
-    admin = settings.for_role(security.ADMIN)
-    return await ensure_topics(
-        admin.broker,
-        admin.topic_partitions,
-        extra=scheduler_topics(admin),
-        options=admin.kafka_options,
-    )
-
-
 def prepare(settings: Settings) -> None:
     """Create every topic (changelogs included) and migrate the audit DB to head."""
     asyncio.run(prepare_topics(settings))
     upgrade_database(settings.database_url)
 
 
-def service_env(settings: Settings, policy: str, seed: int) -> dict[str, str]:
-    return {**settings.as_env(), "VENN_POLICY": policy, "VENN_SEED": str(seed)}
+def service_env(settings: Settings, policy: str, seed: int, web_port: int = 0) -> dict[str, str]:
+    """The environment of a service started with ``settings`` and the scheduler's policy and
+    seed (and, for a scheduler worker, its web port: 0 keeps the settings')."""
+    scheduler = settings.with_scheduler(
+        policy=policy, seed=seed, web_port=web_port or settings.scheduler.web_port
+    )
+    return scheduler.as_env()
 
 
 def gateway_spec() -> ServiceSpec:
@@ -188,7 +175,7 @@ def up(
         raise ValueError("workers must be >= 1")
     settings = absolute(settings)
     if workers > 1:
-        settings = dataclasses.replace(settings, scheduler_mode="leased")
+        settings = settings.with_scheduler(mode="leased")
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
     settings, broker_description = start_broker(settings)
@@ -199,19 +186,20 @@ def up(
     alive = running_services(run)
     ports = stack_ports(run) if alive else {}
     settings = dataclasses.replace(
-        settings,
-        scheduler_web_port=ports.get("scheduler")
-        or settings.scheduler_web_port
-        or free_port(settings.scheduler_web_host),
+        settings.with_scheduler(
+            web_port=ports.get("scheduler")
+            or settings.scheduler.web_port
+            or free_port(settings.scheduler.web_host)
+        ),
         recorder_port=ports.get("recorder") or settings.recorder_port or free_port(),
     )
-    worker_ports = {"scheduler": settings.scheduler_web_port}
+    worker_ports = {"scheduler": settings.scheduler.web_port}
     for spec in default_services(workers):
         role = "scheduler" if spec.name.startswith("scheduler") else spec.name
-        env = service_env(settings.for_role(role), policy, seed)
+        port = 0
         if role == "scheduler" and spec.name != "scheduler":
             port = worker_ports[spec.name] = ports.get(spec.name) or free_port()
-            env["VENN_SCHEDULER_WEB_PORT"] = str(port)
+        env = service_env(settings.for_role(role), policy, seed, port)
         if spec.name not in alive:
             # Each service signs in to Kafka as itself (venn.broker.security.access).
             start_service(run, spec, env)
@@ -219,7 +207,7 @@ def up(
         raise RuntimeError(f"the scheduler did not become ready; see {run / 'scheduler.log'}")
     if wait:
         for name, host, port in (
-            ("gateway", settings.gateway_host, settings.gateway_port),
+            ("gateway", settings.gateway.host, settings.gateway.port),
             ("recorder", settings.recorder_host, settings.recorder_port),
         ):
             if not wait_listening("127.0.0.1" if host == "0.0.0.0" else host, port, 60.0):
@@ -234,7 +222,7 @@ def up(
     )
     record: dict[str, object] = {name: getattr(settings, name) for name in STACK_FIELDS}
     record["ports"] = {
-        "gateway": settings.gateway_port,
+        "gateway": settings.gateway.port,
         **worker_ports,
         "recorder": settings.recorder_port,
     }
@@ -258,10 +246,10 @@ def dashboard_url(
     """The gateway's dashboard page (``port``: the gateway's, default VENN_GATEWAY_PORT).
     With authentication it carries a fresh operator token in the URL fragment, which a
     browser never sends to a server; the page moves it into the tab's sessionStorage."""
-    host = settings.gateway_host
+    host = settings.gateway.host
     host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     host = f"[{host}]" if ":" in host else host
-    url = f"http://{host}:{port or settings.gateway_port}/"
+    url = f"http://{host}:{port or settings.gateway.port}/"
     if settings.auth_enabled:
         token = Tokens(settings.auth_secret).issue("admin", "dashboard", ttl_s=ttl_s)
         url += f"#token={token}"

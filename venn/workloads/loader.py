@@ -82,6 +82,17 @@ def resolve_workload_file(name: str, beside: Path | None = None) -> Path | None:
     return find_data_file(name, [beside] if beside is not None else [])
 
 
+def resolve_workload(name_or_path: str) -> str:
+    """A paper workload name, another packaged workload (``demo``) or a YAML path -> what
+    `load_workload` accepts."""
+    if name_or_path in WORKLOAD_NAMES or Path(name_or_path).is_file():
+        return name_or_path
+    packaged = DATA_DIR / "workloads" / f"{name_or_path}_workload.yml"
+    if packaged.is_file():
+        return str(packaged)
+    raise FileNotFoundError(f"no workload {name_or_path!r} (a name or a YAML path)")
+
+
 def _workload_path(name_or_path: str) -> Path:
     if name_or_path in WORKLOAD_NAMES:
         return DATA_DIR / "workloads" / f"{name_or_path}_workload.yml"

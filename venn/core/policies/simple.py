@@ -1,4 +1,4 @@
-"""The paper's baselines (venn-paper.md §5): Random, FIFO and SRSF, and the reference
+"""The paper's baselines (the paper's §5): Random, FIFO and SRSF, and the reference
 driver's random-order baseline."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ class IrsPolicy:
     open round's remaining demand plus its later rounds' demands, as a job declares them
     at registration. Average JCT is a job-level objective: in a loaded fleet, ordering by
     the round alone serves a 4,000-round job before a 100-round one with a slightly
-    larger round (docs/reproduction.md measures both).
+    larger round (docs/results/reproduction.md measures both).
     """
 
     mode: Literal["first", "uniform"] = "first"

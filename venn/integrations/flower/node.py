@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import urllib.error
 import urllib.request
@@ -29,11 +28,12 @@ from flwr.clientapp.typing import ClientAppCallable
 
 from venn.integrations.flower.profile import NodeProfile
 from venn.integrations.flower.protocol import QUERY_ACTION, RoundTag, device_answer, tag_of
+from venn.settings import Settings, env_name
 
 log = logging.getLogger("venn.flower")
 
-GATEWAY_ENV = "VENN_GATEWAY_URL"
-TOKEN_ENV = "VENN_DEVICE_TOKEN"
+GATEWAY_ENV = env_name("flower", "gateway_url")
+TOKEN_ENV = env_name("flower", "device_token")
 GATEWAY_KEY = "venn-gateway"
 REPORT_ATTEMPTS = 3
 
@@ -50,15 +50,15 @@ class ResultReporter:
     def for_node(
         cls, node_config: Mapping[str, Any], environ: Mapping[str, str] | None = None
     ) -> ResultReporter:
-        env = os.environ if environ is None else environ
+        flower = Settings.from_env(environ, running=False).flower
         profile = NodeProfile.from_node_config(node_config)
-        gateway = node_config.get(GATEWAY_KEY) or env.get(GATEWAY_ENV)
+        gateway = node_config.get(GATEWAY_KEY) or flower.gateway_url
         if not isinstance(gateway, str) or not gateway:
             raise RuntimeError(
                 f"no Venn gateway for node {profile.device_id}: set {GATEWAY_ENV} (the "
                 f"launcher does) or the node config key {GATEWAY_KEY}"
             )
-        return cls(gateway.rstrip("/"), profile.device_id, env.get(TOKEN_ENV) or None)
+        return cls(gateway.rstrip("/"), profile.device_id, flower.device_token or None)
 
     def report(self, round_tag: RoundTag, ok: bool, response_time_s: float, reason: str) -> bool:
         """True once the gateway accepted the result. A refusal is logged, not raised: the

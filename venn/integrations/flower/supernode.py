@@ -30,10 +30,11 @@ from flwr.common.config import parse_config_args
 from venn.integrations.flower.agent import NodeAgent, enroll
 from venn.integrations.flower.node import GATEWAY_ENV, TOKEN_ENV
 from venn.integrations.flower.profile import NodeProfile
+from venn.settings import Settings, env_name
 
 log = logging.getLogger("venn.flower")
 
-ENROLL_ENV = "VENN_ENROLL_TOKEN"
+ENROLL_ENV = env_name("flower", "enroll_token")
 
 
 def supernode_command() -> list[str]:
@@ -58,9 +59,10 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     args = list(argv)
     split = args.index("--") if "--" in args else len(args)
     parser = argparse.ArgumentParser(prog="python -m venn.integrations.flower.supernode")
-    parser.add_argument("--gateway", default=os.environ.get(GATEWAY_ENV), required=False)
-    parser.add_argument("--device-token", default=os.environ.get(TOKEN_ENV))
-    parser.add_argument("--enroll-token", default=os.environ.get(ENROLL_ENV))
+    flower = Settings.from_env(running=False).flower
+    parser.add_argument("--gateway", default=flower.gateway_url or None, required=False)
+    parser.add_argument("--device-token", default=flower.device_token or None)
+    parser.add_argument("--enroll-token", default=flower.enroll_token or None)
     parser.add_argument("--checkin-interval", type=float, default=1.0)
     parser.add_argument("--log-level", default="INFO")
     options = parser.parse_args(args[:split])

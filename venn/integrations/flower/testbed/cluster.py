@@ -22,6 +22,7 @@ from pathlib import Path
 
 from venn.broker.process import free_port, wait_listening
 from venn.integrations.flower.testbed.report import RunReport
+from venn.settings import env_name
 
 CONNECTION = "testbed"
 EXAMPLE_APPS = Path(__file__).resolve().parents[4] / "examples" / "flower" / "apps"
@@ -168,9 +169,10 @@ class FlowerTestbed:
                 ]
                 token = self.device_tokens.get(node.device_id)
                 if token:
-                    env = self._env({"VENN_DEVICE_TOKEN": token})
+                    env = self._env({env_name("flower", "device_token"): token})
                 else:
-                    env = self._env({"VENN_ENROLL_TOKEN": self.enroll_token or ""})
+                    enroll = self.enroll_token or ""
+                    env = self._env({env_name("flower", "enroll_token"): enroll})
             self._spawn(f"node-{node.device_id}", command, env)
         self.wait_nodes(timeout)
 

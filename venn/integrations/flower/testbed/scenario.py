@@ -82,13 +82,13 @@ class ArmResult:
 def _stack_settings(run_dir: Path) -> Settings:
     """`venn up` settings for a private stack: its own run dir, free ports, and an answer
     to every check-in without work within a second (nodes check in every second)."""
+    settings = Settings.from_env({"VENN_RUN_DIR": str(run_dir)})
     return dataclasses.replace(
-        Settings.from_env({"VENN_RUN_DIR": str(run_dir)}),
+        settings.with_gateway(port=free_port(), retry_after_s=1).with_scheduler(
+            web_port=free_port()
+        ),
         broker=f"127.0.0.1:{free_port()}",
-        gateway_port=free_port(),
-        scheduler_web_port=free_port(),
         recorder_port=free_port(),
-        gateway_retry_after_s=1,
         database_url="",
     )
 
@@ -122,8 +122,8 @@ def run_arm(
             say(f"[{arm}] starting a private Venn stack in {settings.run_dir} ...")
             info = up(settings, policy=arm)
             secret = Settings.from_env({"VENN_RUN_DIR": str(info.run_dir)}).auth_secret
-            say(f"[{arm}] Venn: {info.broker_description}, gateway :{settings.gateway_port}")
-            gateway = f"http://127.0.0.1:{settings.gateway_port}"
+            say(f"[{arm}] Venn: {info.broker_description}, gateway :{settings.gateway.port}")
+            gateway = f"http://127.0.0.1:{settings.gateway.port}"
             enroll_token = Tokens(secret).issue("enroll", "flower-demo", ttl_s=86400)
             # ServerApps find the stack (broker, coordinator credentials, the secret that
             # mints their job tokens) in its run dir, as the SDK example does.

@@ -1,0 +1,109 @@
+"""`make bench`: run the quick benchmarks, and list the long ones with their commands.
+
+    .venv/bin/python bench/run_all.py            # the quick ones (in process, no broker)
+    .venv/bin/python bench/run_all.py --write    # the same, writing docs/results/bench/*.json
+    .venv/bin/python bench/run_all.py --list     # every benchmark and its command, nothing run
+
+The quick ones run in this machine's process pool with reduced counts and, unless --write,
+publish nothing: their tables are printed to compare with a baseline measured in the same
+run (each script's docstring says which). The long ones start brokers and stacks and take
+minutes to a quarter of an hour each; run them one at a time, on a quiet machine, with the
+command listed (each writes its results under docs/results/; docs/notes/ says how to read
+them). Exit status: non-zero if a quick benchmark failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Bench:
+    script: str
+    measures: str
+    quick_args: tuple[str, ...] | None
+    """Arguments of the quick run (printing only); None: a long benchmark, listed only."""
+    takes: str
+
+
+BENCHES = (
+    Bench("core_bench.py", "plan recompute and check-in decisions of the core (vs FIFO)",
+          ("--repeats", "1", "--no-write"), "seconds"),
+    Bench("checkin_batch_bench.py", "scheduler CPU per check-in, item by item vs columnar",
+          ("--checkins", "5000", "--repeats", "1", "--no-write"), "seconds"),
+    Bench("state_memory_bench.py", "memory of a scheduler worker's state, by jobs",
+          ("--no-write",), "a minute"),
+    Bench("sim_bench.py", "simulator CPU, wall time and memory, fast vs event mode",
+          ("--rounds-scale", "0.05", "--no-write"), "a minute or two"),
+    Bench("reproduction_stats.py", "derived figures of the reproduction report (no runs)",
+          (), "seconds"),
+    Bench("pipeline_bench.py", "raw broker rates, pipeline rate, gateway latency to "
+          "saturation (Kafka and Tansu)", None, "about 15 minutes (--quick: a few)"),
+    Bench("workers_bench.py", "check-in -> assignment rate and CPU per check-in by scheduler "
+          "workers", None, "about 6 minutes (--quick: 2)"),
+    Bench("gateway_bound_bench.py", "the gateway's answer bound on a starved machine", None,
+          "about 3 minutes"),
+    Bench("fidelity_bench.py", "pipeline vs simulator average JCT on the same jobs", None,
+          "about 4 minutes per policy"),
+    Bench("partitions_bench.py", "partitioned decisions in the simulator vs one worker", None,
+          "tens of minutes"),
+    Bench("bound_slot_bench.py", "the optimality bound's LP against its slot length", None,
+          "up to an hour"),
+    Bench("flower_bench.py", "three Flower runs on eight SuperNodes: Venn against Flower "
+          "alone", None, "about 20 minutes"),
+)  # fmt: skip
+
+
+def command(bench: Bench, write: bool = False) -> list[str]:
+    """The quick run's command (with --write, without its --no-write)."""
+    args = [a for a in bench.quick_args or () if not (write and a == "--no-write")]
+    return [sys.executable, str(ROOT / "bench" / bench.script), *args]
+
+
+def listing() -> str:
+    lines = ["Long benchmarks (run one at a time, on a quiet machine):"]
+    for b in BENCHES:
+        if b.quick_args is None:
+            lines.append(f"  python bench/{b.script:<24} {b.measures}; {b.takes}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench/run_all.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--write", action="store_true", help="let the quick ones publish")
+    parser.add_argument("--list", action="store_true", help="list every benchmark, run none")
+    args = parser.parse_args(argv)
+    failed = []
+    if args.list:
+        for b in BENCHES:
+            if b.quick_args is not None:
+                print(f"quick: python bench/{b.script:<24} {b.measures}; {b.takes}")
+    else:
+        for b in BENCHES:
+            if b.quick_args is None:
+                continue
+            print(f"== bench/{b.script}: {b.measures}", flush=True)
+            started = time.monotonic()
+            code = subprocess.call(command(b, args.write), cwd=ROOT)
+            print(f"== bench/{b.script}: exit {code}, {time.monotonic() - started:.0f} s\n")
+            if code != 0:
+                failed.append(b.script)
+    print(listing())
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
