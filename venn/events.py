@@ -180,6 +180,23 @@ def assignments_of(event: Event) -> list[Assignment]:
     return []
 
 
+class SupplyCount(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """How many check-ins with one attribute set a gateway received in one interval."""
+
+    attrs: Attrs
+    count: Count
+
+
+class SupplyReport(Event, tag="supply_report", frozen=True):
+    """A gateway's count of the check-ins it received in the last ``interval_s`` seconds,
+    per attribute set, whether it forwarded them or answered them at once: the supply mix
+    the scheduler plans with. Topic venn.checkins, key the gateway's id."""
+
+    gateway: Id
+    interval_s: PosDuration
+    counts: Annotated[list[SupplyCount], msgspec.Meta(max_length=BATCH_MAX)]
+
+
 class CheckinsDeclined(Event, tag="checkins_declined", frozen=True):
     """The check-ins of one batch that got no assignment. Topic venn.replies."""
 
@@ -288,6 +305,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobHeartbeat,
     JobExpired,
     LeaseMessage,
+    SupplyReport,
 )
 
 AnyEvent = (
@@ -307,10 +325,11 @@ AnyEvent = (
     | JobHeartbeat
     | JobExpired
     | LeaseMessage
+    | SupplyReport
 )
 
 ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
-    topics.CHECKINS: (DeviceCheckin, CheckinBatch),
+    topics.CHECKINS: (DeviceCheckin, CheckinBatch, SupplyReport),
     topics.JOBS: (JobRegistered, RoundRequested, JobCancelled, JobHeartbeat, JobExpired),
     topics.ASSIGNMENTS: (Assignment, AssignmentBatch),
     topics.RESULTS: (DeviceResult,),
@@ -373,6 +392,8 @@ def key_of(event: Event) -> bytes:
         return event.device_id.encode()
     if isinstance(event, TokenRevoked):
         return event.token_id.encode()
+    if isinstance(event, SupplyReport):
+        return event.gateway.encode()
     if isinstance(event, LeaseMessage) and event.kind == "release" and event.device_id:
         return event.device_id.encode()  # to the partition of the device's check-ins
     job_id = getattr(event, "job_id", None)

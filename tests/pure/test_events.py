@@ -34,6 +34,8 @@ from venn.events import (
     LeaseMessage,
     RoundClosed,
     RoundRequested,
+    SupplyCount,
+    SupplyReport,
     TokenRevoked,
     dead_letter_for,
     decode,
@@ -137,6 +139,13 @@ SAMPLES[LeaseMessage] = LeaseMessage(
 )
 SAMPLES[CheckinsDeclined] = CheckinsDeclined(
     event_id="dec1", time=2.2, reply_to="gw-1", checkin_ids=["c1"]
+)
+SAMPLES[SupplyReport] = SupplyReport(
+    event_id="sr1",
+    time=2.3,
+    gateway="gw-1",
+    interval_s=1.0,
+    counts=[SupplyCount(attrs={"ram_gb": 4.0}, count=12)],
 )
 
 ALL = list(SAMPLES.values())

@@ -68,6 +68,7 @@ def make_scheduler(
     num_tiers: int = 3,
     fairness_eps: float = 0.0,
     supply_window: int = 1000,
+    supply_reports: bool = False,
     track_devices: bool = True,
 ) -> Scheduler:
     """Build the scheduler for a policy name (see ``POLICIES``).
@@ -87,6 +88,7 @@ def make_scheduler(
         tiers=tier_model,
         fairness_eps=fairness_eps,
         supply_window=supply_window,
+        supply_reports=supply_reports,
         seed=seed,
         track_devices=track_devices,
         restrict_contested=spec.restrict_contested,

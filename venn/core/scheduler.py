@@ -29,7 +29,7 @@ from venn.core.open_jobs import OpenJobs
 from venn.core.policies.base import Policy, PolicyView
 from venn.core.round_cursor import Applied
 from venn.core.state import JobState, mean, splitmix
-from venn.core.supply import SupplyWindow
+from venn.core.supply import ReportedSupply, Supply, SupplyWindow
 
 __all__ = ["JobState", "Scheduler"]
 
@@ -61,6 +61,7 @@ class Scheduler:
         tiers: TierModel | None = None,
         fairness_eps: float = 0.0,
         supply_window: int = 1000,
+        supply_reports: bool = False,
         seed: int = 0,
         track_devices: bool = True,
         restrict_contested: bool = False,
@@ -74,7 +75,10 @@ class Scheduler:
         self.seed = seed
         self.track_devices = track_devices
         self.index = EligibilityIndex()
-        self.supply = SupplyWindow(supply_window)
+        # With reports, gateways count every check-in (also those they answer themselves)
+        # and the check-ins decided here are not counted a second time.
+        self._window = None if supply_reports else SupplyWindow(supply_window)
+        self.supply: Supply = self._window or ReportedSupply()
         self.tails = TailTracker(tiers.num_tiers) if tiers else None
         self.jobs: dict[str, JobState] = {}
         self.by_idx: list[JobState] = []
@@ -296,7 +300,8 @@ class Scheduler:
         device_id: Hashable | None = None,
     ) -> Assignment | None:
         """Decide one check-in: the device's slot, capacity tier and a U(0,1) draw."""
-        self.supply.observe(slot, now)
+        if self._window is not None:
+            self._window.observe(slot, now)
         return self._decide(slot, now, tier, u, device_id)
 
     def _decide(
@@ -342,7 +347,8 @@ class Scheduler:
         if n == 0:
             return np.full(0, -1, dtype=np.int64)
         slots = np.asarray(slots, dtype=np.int64)
-        self.supply.observe_many(slots, np.full(n, now))
+        if self._window is not None:
+            self._window.observe_many(slots, np.full(n, now))
         track = device_ids is not None and self.track_devices
         if track and len(set(device_ids)) < n:  # type: ignore[arg-type]
             # A device twice in one batch: its second check-in depends on the first.
@@ -449,7 +455,20 @@ class Scheduler:
     # -- batch interface (the fast simulator) ----------------------------------------
     def observe_many(self, slots: np.ndarray, times: np.ndarray) -> None:
         """Feed check-ins to the supply window without deciding them."""
-        self.supply.observe_many(slots, times)
+        assert self._window is not None, "supply comes from gateways' reports"
+        self._window.observe_many(slots, times)
+
+    def observe_report(
+        self, source: str, slots: np.ndarray, counts: np.ndarray, interval_s: float, now: float
+    ) -> None:
+        """Feed one gateway's supply report (``counts[i]`` check-ins of ``slots[i]``)."""
+        assert isinstance(self.supply, ReportedSupply), "supply comes from the check-ins read"
+        self.supply.observe_report(source, slots, counts, interval_s, now)
+        if (
+            len(slots)
+            and int(self.index.signature_of_slot[slots].max()) >= self._table.counts.shape[0]
+        ):
+            self._mark(replan=True)  # a device signature the plan has not seen
 
     def assign_many(self, idx: int, count: int, fill_time: float) -> None:
         """Account ``count`` assignments decided with the current table for job ``idx``.
@@ -537,12 +556,16 @@ class Scheduler:
         return out
 
     def _supply_by_signature(self) -> np.ndarray:
-        # Counts of whole check-ins: the float sums are exact, so counting the window's
-        # signatures directly equals summing per-slot counts by signature.
-        window = self.supply.window_slots()
-        sigs = self.index.signature_of_slot[window]
-        counts = np.bincount(sigs, minlength=self.index.num_signatures)
-        return counts.astype(np.float64)
+        return self.signature_counts()
+
+    def signature_counts(self) -> np.ndarray:
+        """Check-ins per device signature in the supply held."""
+        index = self.index
+        slots = self.supply.slot_counts(index.num_slots)
+        sigs = index.signature_of_slot[: index.num_slots]
+        return np.bincount(sigs, weights=slots, minlength=index.num_signatures)[
+            : index.num_signatures
+        ]
 
     def _compile(self, now: float) -> None:
         self._refresh_open()

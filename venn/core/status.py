@@ -99,12 +99,7 @@ def scheduler_status(
     index = core.index
     sig_matrix = index.signature_matrix  # [signatures, groups]
     num_sigs, num_groups = int(sig_matrix.shape[0]), index.num_groups
-    window = core.supply.window_slots()
-    if window.size and index.num_slots:
-        sigs = index.signature_of_slot[window]
-        counts = np.bincount(sigs, minlength=num_sigs)[:num_sigs]
-    else:
-        counts = np.zeros(num_sigs, dtype=np.int64)
+    counts = core.signature_counts()[:num_sigs].round().astype(np.int64)
     rate = core.supply.rate_per_s()
     total = int(counts.sum())
     share = counts / total if total else np.zeros(num_sigs)
@@ -154,7 +149,7 @@ def scheduler_status(
         time=now,
         worker=worker,
         policy=policy,
-        window=int(window.size),
+        window=total,
         checkin_rate_per_s=round(rate, 4),
         busy_devices=len(core.active_devices),
         device_groups=device_groups,

@@ -43,6 +43,7 @@ from venn.sim.rounds import (
     RoundRecord,
     RoundStore,
 )
+from venn.sim.supply_feed import ReportFeed
 from venn.traces.checkins import CheckinBatch, CheckinSource
 from venn.traces.devices import DeviceProfiles
 
@@ -69,6 +70,10 @@ class SimConfig:
     fairness_eps: float = 0.0
     supply_window: int = 1000
     transfer_s: float = 10.0
+    # > 0: the scheduler plans with supply counts reported every ``supply_report_s`` and
+    # read ``supply_delay_s`` later (the pipeline's gateways), not with the check-ins it sees.
+    supply_report_s: float = 0.0
+    supply_delay_s: float = 0.1
     # Emulated check-in partitions sharing rounds by leases (venn.sim.partitioned);
     # 1 is the single-worker path. Lease messages arrive ``lease_delay_s`` after sending.
     partitions: int = 1
@@ -112,7 +117,13 @@ class Simulation:
             num_tiers=config.num_tiers,
             fairness_eps=config.fairness_eps,
             supply_window=config.supply_window,
+            supply_reports=config.supply_report_s > 0,
             track_devices=False,
+        )
+        self._feed = (
+            ReportFeed(self.sched, config.supply_report_s, config.supply_delay_s)
+            if config.supply_report_s > 0
+            else None
         )
         if isinstance(self.sched.policy, IrsPolicy):
             self.sched.policy.planner = CompiledPlanner()  # the same plans, compiled
@@ -274,6 +285,9 @@ class Simulation:
             t = float(b.time[i])
             self._run_timed(t)
             self.now = t
+            if self._feed is not None:
+                self._feed.add(p.slots[i : i + 1], b.time[i : i + 1])
+                self._feed.deliver(t)
             a = sched.checkin(int(p.slots[i]), t, int(p.tiers[i]), float(b.u[i]))
             if a is None:
                 continue
@@ -314,7 +328,7 @@ class Simulation:
                 break
             j = max(bisect_left(tl, heap[0][0], i), i + 1) if heap else n
             if sched.reads_supply:
-                sched.observe_many(p.slots[observed : i + 1], times[observed : i + 1])
+                self._observe(p.slots[observed : i + 1], times[observed : i + 1], t)
                 observed = i + 1
             table = sched.table(t)
             if not table.any_candidate:
@@ -327,7 +341,17 @@ class Simulation:
             stop = self._step(table, keys, p, i, j)
             i = j if stop is None else i + stop
         if observed < n:
-            sched.observe_many(p.slots[observed:], times[observed:])
+            self._observe(p.slots[observed:], times[observed:], None)
+
+    def _observe(self, slots: np.ndarray, times: np.ndarray, now: float | None) -> None:
+        """Supply seen up to ``now`` (None: only count it): the check-ins themselves, or the
+        reports due by then."""
+        if self._feed is None:
+            self.sched.observe_many(slots, times)
+            return
+        self._feed.add(slots, times)
+        if now is not None:
+            self._feed.deliver(now)
 
     def _step(
         self, table: DispatchTable, keys: np.ndarray, p: _Prepared, i: int, j: int
