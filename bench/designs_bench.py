@@ -199,12 +199,12 @@ def main() -> None:
     for col in ("workload", "single s", "A", "C"):
         table.add_column(col, justify="right")
     for w, r in results.items():
-        c = r.get("C")
+        leased_row = r.get("C")
         table.add_row(
             w,
             f"{r['single']['avg_jct_censored_s']:,.0f}",
             f"{r['A']['vs_single']:+.2%}",
-            f"{c['vs_single']:+.2%}" if c else "-",
+            f"{leased_row['vs_single']:+.2%}" if leased_row else "-",
         )
     console.print(table)
 

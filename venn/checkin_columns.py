@@ -69,6 +69,7 @@ class _Checkin(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     speed_ms_per_sample: _Speed
     bandwidth_kbps: _Bandwidth
     observe_only: bool | None = None
+    counted: bool | None = None
 
 
 class _Batch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -130,6 +131,8 @@ class CheckinColumns:
     bandwidths: np.ndarray
     observe_only: np.ndarray
     """bool per check-in."""
+    counted: np.ndarray
+    """bool per check-in: in its gateway's supply reports."""
 
     TYPE: ClassVar[str] = ev.CheckinBatch.type_name()
 
@@ -158,6 +161,7 @@ class CheckinColumns:
             speeds=np.array([c.speed_ms_per_sample for c in items], dtype=float),
             bandwidths=np.array([c.bandwidth_kbps for c in items], dtype=float),
             observe_only=np.array([bool(c.observe_only) for c in items], dtype=bool),
+            counted=np.array([bool(c.counted) for c in items], dtype=bool),
         )
 
 
@@ -165,6 +169,7 @@ _event_ids = attrgetter("event_id")
 _device_ids = attrgetter("device_id")
 _raw_attrs = attrgetter("attrs")
 _observe_only = attrgetter("observe_only")
+_counted = attrgetter("counted")
 
 
 def checkin_columns(
@@ -209,4 +214,5 @@ def checkin_columns(
             if any(map(_observe_only, items))
             else np.zeros(n, dtype=bool)
         ),
+        counted=np.fromiter(map(bool, map(_counted, items)), dtype=bool, count=n),
     )

@@ -76,7 +76,11 @@ class DeviceCheckin(Event, tag="device_checkin", frozen=True):
     bandwidth_kbps: Bandwidth
     observe_only: bool | None = None
     """True: the device was already answered (no open round admitted it): the scheduler
-    counts it as supply for its plan and assigns it nothing."""
+    counts it as supply for its plan and assigns it nothing. Gateways no longer send these
+    (they report such check-ins as counts, `SupplyReport`); still read as before."""
+    counted: bool | None = None
+    """True: the gateway that forwarded it counts it in its supply reports, so the
+    scheduler does not count it again."""
 
 
 class JobRegistered(Event, tag="job_registered", frozen=True):

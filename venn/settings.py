@@ -71,6 +71,19 @@ class GatewaySettings:
         "Answer retry_after at once when no open round with remaining demand admits the "
         "device (the gateway's own view of venn.jobs, venn.rounds and venn.assignments).",
     )
+    forward_quota: float = setting(
+        "VENN_GATEWAY_FORWARD_QUOTA",
+        2.0,
+        "A check-in an open round admits is answered at once instead of forwarded when the "
+        "gateway already has this many times that requirement's remaining demand in check-ins "
+        "at the scheduler (services/gateway/forwarding.py).",
+    )
+    supply_report_s: float = setting(
+        "VENN_SUPPLY_REPORT_S",
+        1.0,
+        "How often the gateway reports the check-ins it received per attribute set (forwarded "
+        "or answered at once): the supply mix the scheduler plans with.",
+    )
     linger_ms: int = setting(
         "VENN_GATEWAY_LINGER_MS",
         5,
@@ -110,6 +123,10 @@ class GatewaySettings:
             raise ValueError("VENN_GATEWAY_IDLE_TIMEOUT_S must be > 0")
         if self.batch_max < 1:
             raise ValueError("VENN_GATEWAY_BATCH_MAX must be >= 1")
+        if self.forward_quota <= 0:
+            raise ValueError("VENN_GATEWAY_FORWARD_QUOTA must be > 0")
+        if self.supply_report_s <= 0:
+            raise ValueError("VENN_SUPPLY_REPORT_S must be > 0")
 
 
 SCHEDULER_MODES = ("single", "leased")

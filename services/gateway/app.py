@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from services.gateway import dashboard, jobs_api
 from services.gateway.batcher import BatcherBusy, CheckinBatcher
 from services.gateway.demand import DemandView
+from services.gateway.forwarding import ForwardQuota, SupplyCounter, Verdict
 from services.gateway.loop_watch import LoopWatch
 from services.gateway.models import (
     CheckinRequest,
@@ -65,6 +66,7 @@ from venn.broker.stream import (
     owned_by,
 )
 from venn.broker.topics import ensure_topics
+from venn.core.model import Requirement
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
 from venn.settings import GatewaySettings, Settings
 
@@ -105,6 +107,9 @@ class GatewayStats:
     """Answered retry_after as soon as the scheduler declined the check-in."""
     fast_no: int = 0
     """Answered at once: no open round with demand admits the device."""
+    enough_in_flight: int = 0
+    """Check-ins an open round admits, answered at once: enough of them at the scheduler."""
+    supply_reports: int = 0
     overloaded: int = 0
     late: int = 0
     """Check-ins read so long after they arrived (a stalled loop) that they were answered
@@ -165,6 +170,9 @@ class Gateway:
         self.view_ready = False
         self.inflight = 0
         self.id = f"gw-{os.getpid()}-{os.urandom(4).hex()}"
+        self.quota = ForwardQuota(self.config.forward_quota)
+        self.supply = SupplyCounter(self.id, time.time())
+        self._report_task: asyncio.Task[None] | None = None
         self.pending: dict[str, asyncio.Future[ev.Assignment | BaseException | str | None]] = {}
         self.pending_by_device: dict[str, str] = {}
         self.answered: OrderedDict[str, None] = OrderedDict()
@@ -276,9 +284,16 @@ class Gateway:
         self.started_at = time.time()
         self._task = asyncio.create_task(self._consume(set(follow), ends), name="gateway-consume")
         self._lag_task = asyncio.create_task(self._watch_lag(), name="gateway-lag")
+        self.supply.since = time.time()
+        self._report_task = asyncio.create_task(self._report_supply(), name="gateway-supply")
 
     async def stop(self) -> None:
         await self.broker.stop()
+        if self._report_task is not None:
+            self._report_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._report_task
+            self._report_task = None
         if self._lag_task is not None:
             self._lag_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -307,6 +322,14 @@ class Gateway:
         if self.producer is not None:
             await self.producer.stop()
             self.producer = None
+
+    async def _report_supply(self) -> None:
+        """Every interval, the check-ins received per attribute set, as supply reports."""
+        while True:
+            await asyncio.sleep(self.config.supply_report_s)
+            for report in self.supply.reports(time.time()):
+                self.stats.supply_reports += 1
+                self._spawn(self._send(topics.CHECKINS, report))
 
     async def _watch_lag(self) -> None:
         """Event-loop lag: how late a short sleep wakes up (see loop_watch.py)."""
@@ -485,21 +508,27 @@ class Gateway:
             attrs=req.attrs,
             speed_ms_per_sample=req.speed_ms_per_sample,
             bandwidth_kbps=req.bandwidth_kbps,
+            counted=True,  # in this gateway's supply reports
         )
         if not self.broker.available:
             # The demand view stopped moving with the broker: no answer from it now.
             self.stats.broker_down += 1
             return self.busy("broker_unavailable")
-        wait = not (self.config.fast_no and self.view_ready) or self.view.may_assign(req.attrs)
-        if not wait:
-            # Answered "no" now: the scheduler only counts it as supply. Assigning it anyway
-            # (a round opened a moment ago) would spend a slot on a device told to go away.
-            event = msgspec.structs.replace(event, observe_only=True)
+        self.supply.add(req.attrs)
+        charged: tuple[Requirement, ...] = ()
+        if self.config.fast_no and self.view_ready:
+            verdict, charged = self.quota.verdict(req.attrs, self.view.open_demand())
+            if verdict is Verdict.NO_OPEN_ROUND:
+                self.stats.fast_no += 1
+                return self._no(cid, "no_open_round")
+            if verdict is Verdict.ENOUGH_IN_FLIGHT:
+                self.stats.enough_in_flight += 1
+                return self._no(cid, "no_assignment")
         fut: asyncio.Future[ev.Assignment | BaseException | str | None] = loop.create_future()
-        if wait:
-            # Registered before producing: the answer may come back before the ack.
-            self.pending[cid] = fut
-            self.pending_by_device[req.device_id] = cid
+        # Registered before producing: the answer may come back before the ack.
+        self.pending[cid] = fut
+        self.pending_by_device[req.device_id] = cid
+        self.quota.charge(charged)
         answer: ev.Assignment | BaseException | str | None = None
         try:
             assert self.batcher is not None
@@ -509,10 +538,6 @@ class Gateway:
                 self.stats.kafka_errors += 1
                 log.debug("check-in %s not queued: %r", cid, exc)
                 return self.busy("broker_unavailable")
-            if not wait:
-                delivery.add_done_callback(self._count_failure)
-                self.stats.fast_no += 1
-                return self._no(cid, "no_open_round")
             delivery.add_done_callback(lambda d: self._fail_pending(cid, d))
             # A timer that resolves the future with None at the deadline: cheaper than
             # asyncio.wait/wait_for on the hot path.
@@ -522,6 +547,7 @@ class Gateway:
             finally:
                 timer.cancel()
         finally:
+            self.quota.release(charged)
             self.pending.pop(cid, None)
             if self.pending_by_device.get(req.device_id) == cid:
                 del self.pending_by_device[req.device_id]
@@ -544,10 +570,6 @@ class Gateway:
         else:
             self.stats.no_assignment += 1
         return self._no(cid, "no_assignment")
-
-    def _count_failure(self, delivery: asyncio.Future[Any]) -> None:
-        if not delivery.cancelled() and delivery.exception() is not None:
-            self.stats.kafka_errors += 1
 
     def _fail_pending(self, cid: str, delivery: asyncio.Future[Any]) -> None:
         if delivery.cancelled() or delivery.exception() is None:

@@ -34,6 +34,7 @@ class DemandView:
         self.tallies: dict[str, RoundTally] = {}
         """Job -> the tally of its open attempt (of the assignments seen)."""
         self._open: tuple[Requirement, ...] | None = None
+        self._demand: dict[Requirement, int] | None = None
         self.assignments_seen = 0
         """Assignments read since the gateway started (the dashboard's assignment rate)."""
 
@@ -44,11 +45,14 @@ class DemandView:
             self.assignments_seen += len(assignments)
             for a in assignments:
                 tally = self._tally(self.book.get(a.job_id))
-                if tally is not None and tally.on_assignment(a, a.time):
+                if tally is None:
+                    continue
+                self._demand = None  # its remaining demand changed
+                if tally.on_assignment(a, a.time):
                     self._open = None
             return
         if self.book.apply(event) is Applied.CHANGED:
-            self._open = None
+            self._open = self._demand = None
 
     def _tally(self, life: JobLife) -> RoundTally | None:
         attempt = life.open_attempt
@@ -86,6 +90,18 @@ class DemandView:
                 }
             )
         return self._open
+
+    def open_demand(self) -> dict[Requirement, int]:
+        """Remaining demand of the open rounds, summed per requirement."""
+        if self._demand is None:
+            demand: dict[Requirement, int] = {}
+            for life in self.book.jobs.values():
+                left = self.remaining(life) if life.registered is not None else 0
+                if left > 0:
+                    r = Requirement.of(life.registered.requirement)  # type: ignore[union-attr]
+                    demand[r] = demand.get(r, 0) + left
+            self._demand = demand
+        return self._demand
 
     def may_assign(self, attrs: Mapping[str, float]) -> bool:
         return any(r.admits(attrs) for r in self.open_requirements())

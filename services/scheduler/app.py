@@ -351,6 +351,9 @@ def create_app(settings: Settings | None = None) -> faust.App:
         return 1 if isinstance(event, ev.DeviceCheckin) else 0
 
     def decide(event: ev.Event | CheckinColumns, partition: int, now: float) -> Any:
+        if isinstance(event, ev.SupplyReport):
+            state.on_supply_report(event, now)
+            return None
         stale = state.stale_checkins
         out: list[ev.Event] | ev.Assignment | None
         checkins = 1

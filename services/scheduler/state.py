@@ -56,6 +56,7 @@ from venn.core.capacity import proxies_of, proxy_of
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
+from venn.core.supply import SlotCounts
 from venn.fields import INDEX_MAX
 from venn.settings import SchedulerSettings
 
@@ -64,6 +65,9 @@ log = logging.getLogger(__name__)
 Row = dict[str, Any]
 
 
+DIRECT_SOURCE = "direct"
+"""The supply source of check-ins no gateway counted."""
+DIRECT_REPORT_S = 1.0
 SENT_MAX_BYTES = 32 << 20
 """Bytes of published assignment batches kept until read back (about 800 batches of 128)."""
 SENT_PREFIX = b'{"type":"assignment_batch",'
@@ -124,9 +128,30 @@ class SchedulerState:
         """The leased mode's check-in partitions this worker holds."""
         self.backlog: list[ev.Event] = []
         """Outputs of a rebuild, published before the next event's."""
+        self.supply_reports = 0
 
     def _new_core(self) -> Scheduler:
-        return make_scheduler(self.config.policy, seed=self.config.seed)
+        # Supply comes as counts: gateways report what they receive (most of which they
+        # answer themselves); check-ins no gateway counted are counted here (``direct``).
+        self.direct = SlotCounts(time.time())
+        return make_scheduler(self.config.policy, seed=self.config.seed, supply_reports=True)
+
+    # -- supply ------------------------------------------------------------------------
+    def on_supply_report(self, event: ev.SupplyReport, now: float) -> None:
+        """A gateway's counts of the check-ins it received in its last interval."""
+        core = self.core
+        slots = np.array([core.slot_of(c.attrs) for c in event.counts], dtype=np.int64)
+        counts = np.array([c.count for c in event.counts], dtype=np.float64)
+        core.observe_report(event.gateway, slots, counts, event.interval_s, now)
+        self.supply_reports += 1
+
+    def _count_direct(self, slots: np.ndarray, now: float) -> None:
+        """Check-ins no gateway counted (produced straight to Kafka, or an older gateway's)."""
+        direct = self.direct
+        direct.add(slots)
+        if now - direct.since >= DIRECT_REPORT_S:
+            found, counts, interval = direct.drain(now)
+            self.core.observe_report(DIRECT_SOURCE, found, counts, interval, now)
 
     # -- recovery ----------------------------------------------------------------------
     def invalidate(self) -> None:
@@ -427,8 +452,9 @@ class SchedulerState:
             return None
         self._release_if_overdue(event.device_id, now)
         slot = self.core.slot_of(event.attrs)
+        if not event.counted:
+            self._count_direct(np.array([slot]), now)
         if event.observe_only:
-            self.core.observe_many(np.array([slot]), np.array([now]))
             return None
         tier = self.core.tier_of(proxy_of(event.speed_ms_per_sample, event.bandwidth_kbps))
         compiles, started = self.core.compiles, time.perf_counter()
@@ -489,9 +515,9 @@ class SchedulerState:
             for i in np.flatnonzero(fresh).tolist():
                 self._release_if_overdue(device_ids[i], now)
         slots = core.index.slots_for(cols.attr_keys, cols.attrs)
-        watching = fresh & cols.observe_only
-        if watching.any():
-            core.observe_many(slots[watching], np.full(int(watching.sum()), now))
+        uncounted = fresh & ~cols.counted
+        if uncounted.any():
+            self._count_direct(slots[uncounted], now)
         deciding = np.flatnonzero(fresh & ~cols.observe_only)
         picks = np.full(n, -1, dtype=np.int64)
         if len(deciding):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import re
 import secrets
 import sys
@@ -496,10 +497,14 @@ async def test_checkins_go_out_in_batches_on_their_device_partition(
     stack: Stack, published: Published
 ) -> None:
     tok = uuid.uuid4().hex[:8]
+    attr, job_id = f"cpu_{tok}", f"job-{tok}"
     devices = [f"part{i}-{tok}" for i in range(24)]
+    # Demand for all of them: the gateway forwards them (it answers no one at once).
+    await stack.tap.open_job(job_id, attr, 1.0, demand=len(devices))
+    await round_open(stack.server, job_id)
     checkins = await published(topics.CHECKINS)
     # Concurrent check-ins within the linger time share batches.
-    answers = await asyncio.gather(*(stack.checkin(d, {f"none_{tok}": 1.0}) for d in devices))
+    answers = await asyncio.gather(*(stack.checkin(d, {attr: 2.0}) for d in devices))
     assert all(status == 200 for status, _, _ in answers)
 
     def mine(event: ev.Event) -> list[ev.DeviceCheckin]:
@@ -513,9 +518,56 @@ async def test_checkins_go_out_in_batches_on_their_device_partition(
     batches = sum(isinstance(r.event, ev.CheckinBatch) for r in records)
     assert set(seen) == set(devices)
     assert batches < len(devices), "every check-in went out alone"
+    assert all(c.counted for r in records for c in mine(r.event))  # type: ignore[arg-type]
     batcher = stack.server.gateway.batcher
     assert batcher is not None
     assert all(seen[d] == batcher.partition_of(d) for d in devices)
+    await stack.tap.finish(job_id)
+
+
+async def test_answered_at_once_is_reported_as_supply_not_forwarded(
+    stack: Stack, published: Published
+) -> None:
+    tok = uuid.uuid4().hex[:8]
+    attrs = {f"none_{tok}": 1.0}
+    devices = [f"idle{i}-{tok}" for i in range(7)]
+    checkins = await published(topics.CHECKINS)
+    answers = await asyncio.gather(*(stack.checkin(d, attrs) for d in devices))
+    assert [(s, p["reason"]) for s, p, _ in answers] == [(200, "no_open_round")] * len(devices)
+
+    def counted() -> int:
+        return sum(
+            c.count
+            for e in checkins.events()
+            if isinstance(e, ev.SupplyReport) and e.gateway.startswith(stack.server.gateway.id)
+            for c in e.counts
+            if c.attrs == attrs
+        )
+
+    # Within a report interval or two, the gateway's reports count all of them...
+    await checkins.wait_for(lambda: counted() >= len(devices))
+    assert counted() == len(devices)
+    # ...and none of them went to the scheduler.
+    assert not [c for e in checkins.events() for c in ev.checkins_of(e) if c.attrs == attrs]
+
+
+async def test_a_round_gets_at_most_its_quota_of_checkins_forwarded(stack: Stack) -> None:
+    tok = uuid.uuid4().hex[:8]
+    attr, job_id = f"cpu_{tok}", f"job-{tok}"
+    await stack.tap.open_job(job_id, attr, 1.0, demand=1)
+    await round_open(stack.server, job_id)
+    gw = stack.server.gateway
+    before = gw.stats.enough_in_flight
+    # Twelve at once for one device's demand: the gateway forwards at most
+    # forward_quota x 1 of them and answers the rest at once.
+    answers = await asyncio.gather(*(stack.checkin(f"q{i}-{tok}", {attr: 2.0}) for i in range(12)))
+    assert all(status == 200 for status, _, _ in answers)
+    won = [p for _, p, _ in answers if p["assigned"]]
+    assert len(won) <= 1
+    quota = math.ceil(gw.config.forward_quota * 1)
+    assert gw.stats.enough_in_flight - before >= len(answers) - quota
+    assert not gw.quota.in_flight  # every charge was released
+    await stack.tap.finish(job_id)
 
 
 async def schemathesis(url: str, examples: int, *headers: str) -> tuple[int, str]:

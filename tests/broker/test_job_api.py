@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
 
@@ -175,7 +176,7 @@ async def test_plan_and_devices_come_from_the_status_topic(api: Api) -> None:
     core.request_round(job, 0, 0.0)
     slot = core.index.slot_for_attrs({f"r{tag}": 2})
     for t in range(5):
-        core.supply.observe(slot, float(t))
+        core.observe_many(np.array([slot]), np.array([float(t)]))
     snapshot = scheduler_status(core, core.table(5.0), time.time(), "test", "venn")
     producer = AIOKafkaProducer(bootstrap_servers=api.broker, acks="all")
     await producer.start()

@@ -106,7 +106,7 @@ def test_fast_decoder_accepts_exactly_what_the_strict_one_accepts(raw: bytes) ->
     assert fast.event_ids == expected.event_ids and fast.device_ids == expected.device_ids
     for key, other in zip(fast.attr_keys, expected.attr_keys, strict=True):
         assert fast.attrs[key] == expected.attrs[other]
-    for name in ("times", "speeds", "bandwidths", "observe_only"):
+    for name in ("times", "speeds", "bandwidths", "observe_only", "counted"):
         assert np.array_equal(getattr(fast, name), getattr(expected, name))
 
 

@@ -3,6 +3,8 @@ job group, supply per device group, and why an open round waits."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from venn.core import make_scheduler
 from venn.core.model import JobSpec, Requirement
 from venn.core.status import decode_status, encode_status, scheduler_status, wait_reason
@@ -22,7 +24,7 @@ def test_plan_supply_and_wait_reasons() -> None:
         core.request_round(job, 0, 0.0)
     low = core.index.slot_for_attrs({"ram": 4})
     for t in range(10):  # supply: only low-RAM devices, one per second, all declined
-        core.supply.observe(low, float(t))
+        core.observe_many(np.array([low]), np.array([float(t)]))
     status = decode_status(encode_status(scheduler_status(core, core.table(10.0), 10.0, "w", "v")))
 
     assert status.checkin_rate_per_s == 1.0
@@ -50,7 +52,7 @@ def test_a_group_the_plan_gives_nothing_is_starved() -> None:
     core.request_round("narrow", 0, 0.0)
     big = core.index.slot_for_attrs({"ram": 16})  # eligible for both groups
     for t in range(10):
-        core.supply.observe(big, float(t))
+        core.observe_many(np.array([big]), np.array([float(t)]))
     status = scheduler_status(core, core.table(10.0), 10.0, "w", "venn")
     reasons = {j: wait_reason(status, j) for j in ("wide", "narrow")}
     # Both groups can use the only devices there are; the plan gives them to one group,

@@ -78,7 +78,7 @@ class Scheduler:
         # With reports, gateways count every check-in (also those they answer themselves)
         # and the check-ins decided here are not counted a second time.
         self._window = None if supply_reports else SupplyWindow(supply_window)
-        self.supply: Supply = self._window or ReportedSupply()
+        self.supply: Supply = self._window or ReportedSupply(supply_window)
         self.tails = TailTracker(tiers.num_tiers) if tiers else None
         self.jobs: dict[str, JobState] = {}
         self.by_idx: list[JobState] = []

@@ -80,40 +80,37 @@ class SupplyWindow:
 
 
 class ReportedSupply:
-    """Supply as gateways count it: each source's reports of the last ``horizon_s`` seconds.
+    """Supply as gateways count it: the most recent reports holding ``window`` check-ins.
 
     A gateway answers most check-ins itself and forwards only those that may be assigned,
     so the scheduler cannot count supply from what it reads. Each gateway reports, per
-    interval, how many check-ins of each attribute set it received; the mix is the sum of
-    the recent reports of every gateway and the rate their total over the time each
-    gateway's reports cover. A gateway that stops reporting drops out after ``horizon_s``.
+    interval, how many check-ins of each attribute set it received. The mix is that of the
+    most recent reports (of every gateway) that together hold at least ``window`` check-ins:
+    the supply window's estimate at a report's granularity. The rate adds, per gateway, its
+    counts over the time its reports held cover.
     """
 
-    def __init__(self, horizon_s: float = 10.0) -> None:
-        if horizon_s <= 0:
-            raise ValueError("horizon_s must be > 0")
-        self.horizon_s = horizon_s
-        self._reports: dict[str, deque[_Report]] = {}
+    def __init__(self, window: int = 1000) -> None:
+        if window < 1:
+            raise ValueError("window must be >= 1")
+        self.window = window
+        self._reports: deque[_Report] = deque()
+        self._held = 0.0
         self._count = 0
-        self._slots = 0
 
     def observe_report(
         self, source: str, slots: np.ndarray, counts: np.ndarray, interval_s: float, now: float
     ) -> None:
         """Add one report: ``counts[i]`` check-ins of slot ``slots[i]`` over ``interval_s``."""
-        slots = np.asarray(slots, dtype=np.int64)
-        counts = np.asarray(counts, dtype=np.float64)
-        self._reports.setdefault(source, deque()).append(_Report(now, interval_s, slots, counts))
-        self._count += int(counts.sum())
-        if len(slots):
-            self._slots = max(self._slots, int(slots.max()) + 1)
-        cutoff = now - self.horizon_s
-        for name in list(self._reports):
-            kept = self._reports[name]
-            while kept and kept[0].time <= cutoff:
-                kept.popleft()
-            if not kept:
-                del self._reports[name]
+        report = _Report(
+            source, now, interval_s, np.asarray(slots, np.int64), np.asarray(counts, np.float64)
+        )
+        self._reports.append(report)
+        self._held += report.total
+        self._count += int(report.total)
+        reports = self._reports
+        while len(reports) > 1 and self._held - reports[0].total >= self.window:
+            self._held -= reports.popleft().total
 
     @property
     def total_observed(self) -> int:
@@ -121,27 +118,55 @@ class ReportedSupply:
 
     def slot_counts(self, num_slots: int) -> np.ndarray:
         """Check-ins per slot in the reports held."""
-        out = np.zeros(max(num_slots, self._slots), dtype=np.float64)
-        for kept in self._reports.values():
-            for r in kept:
-                np.add.at(out, r.slots, r.counts)
+        size = max([num_slots, *(int(r.slots.max()) + 1 for r in self._reports if len(r.slots))])
+        out = np.zeros(size, dtype=np.float64)
+        for r in self._reports:
+            np.add.at(out, r.slots, r.counts)
         return out[:num_slots]
 
     def rate_per_s(self) -> float:
         """Check-ins per second: per source, its counts over the time its reports cover."""
-        rate = 0.0
-        for kept in self._reports.values():
-            span = sum(r.interval_s for r in kept)
-            if span > 0:
-                rate += sum(float(r.counts.sum()) for r in kept) / span
-        return rate
+        totals: dict[str, list[float]] = {}
+        for r in self._reports:
+            t = totals.setdefault(r.source, [0.0, 0.0])
+            t[0] += r.total
+            t[1] += r.interval_s
+        return sum(n / span for n, span in totals.values() if span > 0)
+
+
+class SlotCounts:
+    """Check-ins per slot since the last drain: a report a scheduler makes of the check-ins
+    it reads that no gateway counted."""
+
+    def __init__(self, since: float) -> None:
+        self.since = since
+        self._parts: list[np.ndarray] = []
+
+    def add(self, slots: np.ndarray) -> None:
+        self._parts.append(slots)
+
+    def drain(self, now: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """(slots, their counts, seconds covered) since the last drain, and reset."""
+        interval = max(now - self.since, 1e-3)
+        self.since = now
+        if not self._parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0), interval
+        counts = np.bincount(np.concatenate(self._parts))
+        self._parts = []
+        found = np.flatnonzero(counts)
+        return found, counts[found].astype(np.float64), interval
 
 
 class _Report(NamedTuple):
+    source: str
     time: float
     interval_s: float
     slots: np.ndarray
     counts: np.ndarray
+
+    @property
+    def total(self) -> float:
+        return float(self.counts.sum())
 
 
 Supply = SupplyWindow | ReportedSupply

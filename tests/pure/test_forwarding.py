@@ -1,0 +1,62 @@
+"""What a gateway forwards (its quota per requirement) and the supply counts it reports."""
+
+from __future__ import annotations
+
+from services.gateway.forwarding import ForwardQuota, SupplyCounter, Verdict
+from venn import events as ev
+from venn.core.model import Requirement
+from venn.fields import BATCH_MAX, DEMAND_MAX
+
+BIG = Requirement.of({"ram": 8.0})
+ANY = Requirement.of({"ram": 1.0})
+
+
+def test_no_open_round_admitting_the_device_is_answered_at_once() -> None:
+    quota = ForwardQuota(2.0)
+    assert quota.verdict({"ram": 4.0}, {BIG: 3}) == (Verdict.NO_OPEN_ROUND, ())
+    assert quota.verdict({"ram": 9.0}, {BIG: 0}) == (Verdict.NO_OPEN_ROUND, ())
+
+
+def test_forwarded_check_ins_are_bounded_by_the_remaining_demand() -> None:
+    quota = ForwardQuota(2.0)
+    demand = {BIG: 2, ANY: 1}
+    charged = []
+    for _ in range(4):  # 2 x 2 for BIG
+        verdict, reqs = quota.verdict({"ram": 9.0}, demand)
+        assert verdict is Verdict.FORWARD and set(reqs) == {BIG, ANY}
+        quota.charge(reqs)
+        charged.append(reqs)
+    assert quota.verdict({"ram": 9.0}, demand)[0] is Verdict.ENOUGH_IN_FLIGHT
+    # A small device only fits ANY, whose 2 x 1 is spent too.
+    assert quota.verdict({"ram": 2.0}, demand)[0] is Verdict.ENOUGH_IN_FLIGHT
+    quota.release(charged.pop())
+    assert quota.verdict({"ram": 9.0}, demand)[0] is Verdict.FORWARD
+    for reqs in charged:
+        quota.release(reqs)
+    assert quota.in_flight == {}
+
+
+def test_supply_reports_count_every_check_in_once() -> None:
+    counter = SupplyCounter("gw-1", started=10.0)
+    for attrs in ({"ram": 4.0, "cpu": 2.0}, {"cpu": 2.0, "ram": 4.0}, {"ram": 8.0}):
+        counter.add(attrs)
+    (report,) = counter.reports(12.0)
+    assert report.gateway == "gw-1" and report.interval_s == 2.0
+    assert sorted((sorted(c.attrs.items()), c.count) for c in report.counts) == [
+        ([("cpu", 2.0), ("ram", 4.0)], 2),
+        ([("ram", 8.0)], 1),
+    ]
+    assert list(counter.reports(13.0)) == []  # nothing new: nothing to report
+
+
+def test_large_counts_and_many_attribute_sets_split_into_valid_reports() -> None:
+    counter = SupplyCounter("gw-2", started=0.0)
+    counter.counts[(("ram", 1.0),)] = DEMAND_MAX + 5
+    for i in range(BATCH_MAX):
+        counter.add({"id": float(i)})
+    reports = list(counter.reports(1.0))
+    assert len(reports) == 2 and len({r.gateway for r in reports}) == 2
+    for r in reports:
+        ev.decode(ev.encode(r), (ev.SupplyReport,))  # within the event's bounds
+    total = sum(c.count for r in reports for c in r.counts if c.attrs == {"ram": 1.0})
+    assert total == DEMAND_MAX + 5
