@@ -66,8 +66,6 @@ Count = Annotated[int, msgspec.Meta(ge=0, le=DEMAND_MAX)]
 Rounds = Annotated[int, msgspec.Meta(ge=1, le=ROUNDS_MAX)]
 RoundCount = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
 RoundIndex = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
-Tally = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
-"""A cumulative count of a lease (granted, used, released units; offers made)."""
 Offset = Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)]
 Partition = Annotated[int, msgspec.Meta(ge=-1, le=INDEX_MAX)]
 Size = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]

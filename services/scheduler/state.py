@@ -39,7 +39,6 @@ import numpy as np
 
 from services.scheduler import metrics
 from services.scheduler.dedupe import RecentIds
-from services.scheduler.leases import LeasedCheckins, LeaseOwner, release_event
 from services.scheduler.outputs import assignment, assignment_batch, uniform_of
 from services.scheduler.rows import (
     AssignedItem,
@@ -56,7 +55,6 @@ from venn.core.capacity import proxies_of, proxy_of
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
-from venn.fields import INDEX_MAX
 from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -118,12 +116,6 @@ class SchedulerState:
         """Assignment batches published and not yet read back: id -> (bytes, event)."""
         self.sent_bytes = 0
         self.loaded = False
-        self.lease_owner: LeaseOwner | None = None
-        """The leased mode's lease books of the jobs this worker owns (None: single mode)."""
-        self.leased: LeasedCheckins | None = None
-        """The leased mode's check-in partitions this worker holds."""
-        self.backlog: list[ev.Event] = []
-        """Outputs of a rebuild, published before the next event's."""
 
     def _new_core(self) -> Scheduler:
         return make_scheduler(self.config.policy, seed=self.config.seed)
@@ -177,7 +169,6 @@ class SchedulerState:
                 applied += self._reapply(key, row, now)
             except (KeyError, TypeError, ValueError, AttributeError, IndexError):
                 log.exception("cannot restore round row %r; skipped", key)
-        self._load_leases(owned, now)
         self.loaded = True
         log.info(
             "scheduler core rebuilt: %d jobs, %d removed, %d rows of open rounds",
@@ -185,25 +176,6 @@ class SchedulerState:
             len(self.removed),
             applied,
         )
-
-    def _load_leases(self, owned: Collection[int] | None, now: float) -> None:
-        if self.leased is not None:
-            self.backlog += self.leased.load(owned, now)
-        owner = self.lease_owner
-        if owner is None:
-            return
-        unreadable = owner.load(owned)
-        for job_id, js in self.core.jobs.items():
-            if (
-                js.round_open
-                and job_id not in unreadable
-                and not owner.leased(job_id, js.round_index)
-            ):
-                # No book: the round opened in the single mode, or the worker stopped
-                # before its book was written, and so before any grant went out (rows go
-                # first): lease what is left of it now.
-                partition = int(self.rows[job_id]["partition"])
-                self.backlog += owner.open(job_id, js.round_index, js.remaining, partition, now)
 
     def _reapply(self, key: str, raw: Row, now: float) -> int:
         row = decode_round_row(key, raw)
@@ -273,7 +245,7 @@ class SchedulerState:
         raise Refused(f"unknown job {job_id!r}")
 
     # -- venn.jobs ---------------------------------------------------------------------
-    def on_job_event(self, event: ev.Event, partition: int, now: float) -> list[ev.Event] | None:
+    def on_job_event(self, event: ev.Event, partition: int, now: float) -> None:
         """A job event the agent admitted (its token checked: `venn.broker.stream.authorized`)."""
         self._heard_of(event, now)
         if isinstance(event, ev.JobHeartbeat):
@@ -310,11 +282,6 @@ class SchedulerState:
             if self.core.request_round(event.job_id, event.round_index, now, event.demand):
                 self._end_round_rows(event.job_id)
                 self._save(event.job_id, partition)
-                if self.lease_owner is not None:
-                    js = self.core.jobs[event.job_id]
-                    return self.lease_owner.open(
-                        event.job_id, js.round_index, js.remaining, partition, now
-                    )
         elif isinstance(event, ev.JobCancelled) and self._known(event.job_id):
             self._remove(event.job_id, partition)
         return None
@@ -344,8 +311,6 @@ class SchedulerState:
         self.expiring.discard(job_id)
         self.core.remove_job(job_id)
         self.removed.add(job_id)
-        if self.lease_owner is not None:
-            self.lease_owner.close(job_id, INDEX_MAX)
         self._end_round_rows(job_id)
         self._save(job_id, partition, removed=True)
 
@@ -375,8 +340,6 @@ class SchedulerState:
             if closed:
                 if was_open:
                     self._end_round_rows(event.job_id)
-                    if self.lease_owner is not None:
-                        self.lease_owner.close(event.job_id, event.round_index)
                 self._save(event.job_id, partition)
             return bool(closed)
         if isinstance(event, ev.JobFinished) and self._known(event.job_id):
@@ -384,15 +347,10 @@ class SchedulerState:
         return False
 
     # -- venn.results ------------------------------------------------------------------
-    def on_result(self, event: ev.Event, partition: int, now: float) -> ev.Event | None:
+    def on_result(self, event: ev.Event, partition: int, now: float) -> None:
         assert isinstance(event, ev.DeviceResult)
-        if not self._known(event.job_id):
-            return None
-        release = None
-        if self.leased is not None:  # the device's hold is kept by its check-in partition
-            release = release_event(event.device_id, event.job_id, event.round_index, now)
-        self._record_result(event, partition)
-        return release
+        if self._known(event.job_id):
+            self._record_result(event, partition)
 
     def _record_result(self, event: ev.DeviceResult, partition: int) -> None:
         holder = (event.job_id, event.round_index)
@@ -678,8 +636,5 @@ class SchedulerState:
         if stored is None or stored.tier != js.tier:
             # The core lifted the round's tier restriction when a competitor opened a
             # round (on another job's event): persist it here, on this job's partition.
-            self._save(event.job_id, partition)
-        elif self.lease_owner is not None and js.remaining <= 0 < stored.remaining:
-            # Filled: the workers' replicas stop ranking it first (``sync_job``).
             self._save(event.job_id, partition)
         return adopted

@@ -1,8 +1,8 @@
 """Faust's aiokafka transport with a configurable consumer fetch wait and a batching
 producer for the scheduler's outputs; its consumer commits what the offset ledger says
-(`venn.broker.faust_offsets`).
+(`venn.broker.faust_adapter`).
 
-The fetch wait is ``Settings.scheduler_fetch_wait`` (`venn.broker.faust_offsets` says why
+The fetch wait is ``Settings.scheduler_fetch_wait`` (`venn.broker.faust_adapter` says why
 and sets it).
 
 On Tansu, Faust's own producer runs with ``producer_max_batch_size=1`` (its ListOffsets bug
@@ -24,34 +24,14 @@ from collections import deque
 from typing import Any, ClassVar
 
 import aiokafka
-import faust
 from aiokafka.errors import MessageSizeTooLargeError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TransportT
 
 from services.scheduler import metrics
-from venn.broker.faust_offsets import LedgerConsumer, OffsetsApp
+from venn.broker.faust_adapter import LedgerConsumer, OffsetsApp
 
 log = logging.getLogger(__name__)
-
-
-class TrackedTable(faust.Table):  # type: ignore[misc]
-    """A table whose changelog records can be waited for: ``take_sent()`` returns those
-    written since the last call (the leased mode's outputs wait for the rows they need,
-    and only for those: a flush of Faust's whole buffer never ends under load)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._sent: list[asyncio.Future[Any]] = []
-
-    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
-        fut = super().send_changelog(*args, **kwargs)
-        self._sent.append(fut)
-        return fut
-
-    def take_sent(self) -> list[asyncio.Future[Any]]:
-        sent, self._sent = self._sent, []
-        return [f for f in sent if not f.done()]
 
 
 OUTPUT_MAX_BATCH_BYTES = 1 << 20
@@ -66,23 +46,15 @@ class OutputProducer(faust_aiokafka.Producer):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._pending: deque[tuple[str, bytes, bytes, int | None, list[Any]]] = deque()
+        self._pending: deque[tuple[str, bytes, bytes]] = deque()
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def send_output(
-        self,
-        topic: str,
-        key: bytes,
-        value: bytes,
-        partition: int | None = None,
-        after: list[Any] | None = None,
-    ) -> None:
-        """Queue one output message (to the key's partition unless ``partition`` says
-        otherwise), sent once the records ``after`` are stored; sent in call order,
-        flushed before each commit."""
-        self._pending.append((topic, key, value, partition, after or []))
+    def send_output(self, topic: str, key: bytes, value: bytes) -> None:
+        """Queue one output message (to the key's partition); sent in call order, flushed
+        before each commit."""
+        self._pending.append((topic, key, value))
         self._idle.clear()
         self._wakeup.set()
 
@@ -94,12 +66,10 @@ class OutputProducer(faust_aiokafka.Producer):
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 while self._pending:
-                    topic, key, value, partition, after = self._pending.popleft()
-                    if after:
-                        await asyncio.gather(*after)
+                    topic, key, value = self._pending.popleft()
                     try:
                         # Appends to a batch.
-                        await outputs.send(topic, value, key=key, partition=partition)
+                        await outputs.send(topic, value, key=key)
                     except MessageSizeTooLargeError:
                         # Outputs are bounded (venn.fields); one that is not must not stop
                         # every later one: count it, say which, go on.

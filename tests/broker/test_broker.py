@@ -64,7 +64,6 @@ def test_default_topic_catalogue() -> None:
         "venn.replies",
         "venn.revocations",
         "venn.status",
-        "venn.leases",
     )
     assert changelog_topic("venn-scheduler", "jobs") == "venn-scheduler-jobs-changelog"
 

@@ -2,7 +2,7 @@
 
 One workload on Apache Kafka (the demo stack, leased mode: the mode in which workers may
 share the input) while the scheduler worker is SIGKILLed and restarted twice and a second
-worker joins and leaves. Commits follow the offset ledger (venn.broker.faust_offsets:
+worker joins and leaves. Commits follow the offset ledger (venn.broker.faust_adapter:
 a partition's commit is its lowest offset not handled, dead-lettered, deduplicated or
 dropped as stale), so once the work is done, every input partition's committed offset must
 reach its end offset, for the scheduler's group and the recorder's; the surviving worker's

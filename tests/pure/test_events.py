@@ -31,7 +31,6 @@ from venn.events import (
     JobFinished,
     JobHeartbeat,
     JobRegistered,
-    LeaseMessage,
     RoundClosed,
     RoundRequested,
     TokenRevoked,
@@ -122,18 +121,6 @@ SAMPLES[TokenRevoked] = TokenRevoked(
 SAMPLES[JobHeartbeat] = JobHeartbeat(event_id="hb1", time=8.0, job_id="j1")
 SAMPLES[JobExpired] = JobExpired(
     event_id="exp1", time=9.0, job_id="j1", last_seen=1.0, reason="silent"
-)
-SAMPLES[LeaseMessage] = LeaseMessage(
-    event_id="lease1",
-    time=2.3,
-    kind="grant",
-    job_id="j1",
-    round_index=0,
-    partition=3,
-    amount=5,
-    released=0,
-    accepted=False,
-    count=1,
 )
 SAMPLES[CheckinsDeclined] = CheckinsDeclined(
     event_id="dec1", time=2.2, reply_to="gw-1", checkin_ids=["c1"]

@@ -243,6 +243,9 @@ def node_properties(
         "share.coordinator.state.topic.min.isr": min_isr,
         # A small machine: no wait before the first rebalance of a new group, few threads.
         "group.initial.rebalance.delay.ms": 0,
+        # The scheduler's short session (venn/broker/tuning.py), so that a standby takes
+        # over from a killed decider within seconds; the default floor is 6 s.
+        "group.min.session.timeout.ms": 1000,
         "num.network.threads": 2,
         "num.io.threads": 2,
         "background.threads": 2,

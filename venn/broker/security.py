@@ -70,18 +70,15 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.RESULTS,
                 topics.ASSIGNMENTS,
                 topics.REVOCATIONS,
-                topics.LEASES,
             ),
             # venn.jobs: the expiry of a silent job, ordered with the job's other events
             # venn.status: the plan and supply snapshot the job API reads
-            # venn.leases: workers to one another; only schedulers write it
             write=(
                 topics.ASSIGNMENTS,
                 topics.REPLIES,
                 topics.DEAD_LETTERS,
                 topics.JOBS,
                 topics.STATUS,
-                topics.LEASES,
             ),
             prefixes=(f"{app_id}-",),
             groups=(app_id,),

@@ -43,13 +43,6 @@ STATUS = "venn.status"
 """Scheduler -> job API and dashboard: a snapshot of the plan and the supply every few
 seconds (`venn.core.status`). Key "plan"; compacted, so a reader starts from the latest."""
 
-LEASES = "venn.leases"
-"""Scheduler workers to one another: lease grants, recalls, offers, answers, reports and
-device releases (`venn.events.LeaseMessage`), so that any number of workers share the
-check-in partitions (`venn.core.partition`). Key: the job id, or the device id of a
-release; a message to a check-in partition goes to that partition. Only schedulers
-write it."""
-
 ALL_TOPICS: tuple[str, ...] = (
     CHECKINS,
     JOBS,
@@ -60,7 +53,6 @@ ALL_TOPICS: tuple[str, ...] = (
     REPLIES,
     REVOCATIONS,
     STATUS,
-    LEASES,
 )
 
 DEAD_LETTER_OWNER: dict[str, str] = {
@@ -72,7 +64,6 @@ DEAD_LETTER_OWNER: dict[str, str] = {
     REPLIES: "gateway",
     REVOCATIONS: "scheduler",
     STATUS: "gateway",
-    LEASES: "scheduler",
 }
 """The one service that dead-letters a malformed record of each topic, so every bad record
 gets exactly one dead letter; every other reader skips it and counts it. (The scheduler
@@ -98,7 +89,7 @@ class TopicError(RuntimeError):
     pass
 
 
-SCHEDULER_TABLES: tuple[str, ...] = ("jobs", "round", "lease")
+SCHEDULER_TABLES: tuple[str, ...] = ("jobs", "round")
 """The scheduler's Faust tables (``services.scheduler``): each has a changelog topic, which
 must exist, with the inputs' partition count, before a worker starts."""
 

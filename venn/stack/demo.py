@@ -69,12 +69,7 @@ class DemoConfig:
     timeout_s: float = 600.0  # wall seconds before unfinished jobs are cancelled
     partitions: int = 4
     capture_topics: tuple[str, ...] = ()  # read back into DemoResult.events before teardown
-    workers: int = 1  # scheduler workers; more than one runs the leased mode
-    scheduler_mode: str = ""  # single | leased; empty: leased with 2+ workers, else single
-
-    @property
-    def mode(self) -> str:
-        return self.scheduler_mode or ("leased" if self.workers > 1 else "single")
+    workers: int = 1  # scheduler workers: one decides, the others are hot standbys
 
 
 @dataclass
@@ -97,7 +92,6 @@ class DemoResult:
     database_url: str = ""
     broker: str = ""  # "Apache Kafka 4.1.1 on 127.0.0.1:PORT"
     database: str = ""  # "PostgreSQL 18.6", or the URL given
-    scheduler_mode: str = "single"
     workers: dict[str, int] = field(default_factory=dict)
     """Scheduler worker -> check-ins it decided (read from its /metrics at the end; -1
     if it was no longer running)."""
@@ -133,7 +127,6 @@ class DemoResult:
             "fleet": self.fleet,
             "broker": self.broker,
             "database": self.database,
-            "scheduler_mode": self.scheduler_mode,
             "workers": self.workers,
         }
 
@@ -239,7 +232,6 @@ async def run_demo(
             )  # fmt: skip
         await prepare_topics(settings)
         await asyncio.to_thread(upgrade_database, db_url)
-        settings = settings.with_scheduler(mode=config.mode)
         handles.settings, handles.run_dir = settings, run
         for spec in default_services_for_demo(config.workers):
             role = "scheduler" if spec.name.startswith("scheduler") else spec.name
@@ -322,7 +314,6 @@ async def run_demo(
             database_url=db_url,
             broker=describe(broker.kind, broker.version, broker.bootstrap),
             database=database_description,
-            scheduler_mode=config.mode,
             workers=workers,
         )
     finally:

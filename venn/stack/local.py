@@ -169,13 +169,11 @@ def up(
     settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = True, workers: int = 1
 ) -> StackInfo:
     """Start (or reuse) the detached broker, database and services of ``settings.run_dir``
-    (``workers`` scheduler workers: more than one runs the leased mode); with ``wait``,
+    (``workers`` scheduler workers: one decides, the others are hot standbys); with ``wait``,
     return once the scheduler's consumer group is stable with them all."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
     settings = absolute(settings)
-    if workers > 1:
-        settings = settings.with_scheduler(mode="leased")
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
     settings, broker_description = start_broker(settings)

@@ -1,5 +1,8 @@
-"""Faust (faust-streaming 0.15.3) made to commit only what was handled: the one place where
-Venn touches Faust's and aiokafka's private state. docs/notes/faust-record-loss.md tells
+"""The one place where Venn touches Faust's and aiokafka's private state (faust-streaming
+0.15.3): commits that follow what was handled, and the partition assignment of one decider
+with hot standbys (`OneDeciderAssignor`, at the end).
+
+Faust made to commit only what was handled. docs/notes/faust-record-loss.md tells
 the failures and the reproduction (tests/broker/test_faust_record_loss.py).
 
 Faust commits the offsets its streams *acked*, and three of its paths ack or pass records
@@ -45,6 +48,10 @@ from typing import Any
 
 import aiokafka
 import faust
+from aiokafka.cluster import ClusterMetadata
+from faust.assignor import PartitionAssignor
+from faust.assignor.client_assignment import ClientAssignment
+from faust.assignor.partition_assignor import MemberAssignmentMapping, MemberMetadataMapping
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, TransportT
 
@@ -224,3 +231,66 @@ async def records(stream: faust.StreamT, ledger: OffsetLedger) -> AsyncIterator[
 def account(ledger: OffsetLedger, message: Any, outcome: Outcome) -> None:
     """What became of the record ``message`` (a Faust message)."""
     ledger.account(message.topic, message.partition, message.offset, outcome)
+
+
+def choose_decider(members: Iterable[str], deciding: Iterable[str]) -> str:
+    """The member that decides: the one deciding now if it is still a member (of several
+    that say so after a split, the lowest id), else the lowest member id."""
+    present = sorted(members)
+    if not present:
+        raise ValueError("no members to choose a decider from")
+    current = sorted(set(deciding) & set(present))
+    return current[0] if current else present[0]
+
+
+class OneDeciderAssignor(PartitionAssignor):  # type: ignore[misc]
+    """Every partition of every topic the group reads, tables' changelogs included, to one
+    member, the decider (`choose_decider`: it stays the decider for as long as it is a
+    member); every other member is a standby of every changelog partition, so Faust keeps
+    its tables filled from the changelogs and a rebalance after the decider died makes it
+    the decider. Faust's own assignor spreads partitions over the members instead, so that
+    two workers would each decide for part of the check-ins and part of the jobs."""
+
+    def _perform_assignment(
+        self, cluster: ClusterMetadata, member_metadata: MemberMetadataMapping
+    ) -> MemberAssignmentMapping:
+        clients = {
+            member: self._get_client_metadata(metadata)
+            for member, metadata in member_metadata.items()
+        }
+        self._update_member_urls(clients)
+        subscribed = {t for metadata in member_metadata.values() for t in metadata.subscription}
+        partitions = {
+            topic: sorted(cluster.partitions_for_topic(topic) or ()) for topic in subscribed
+        }
+        partitions = {topic: found for topic, found in partitions.items() if found}
+        deciding = [m for m, c in clients.items() if _is_decider(c.assignment, partitions)]
+        decider = choose_decider(member_metadata, deciding)
+        changelogs = self._table_manager.changelog_topics
+        assignments = {
+            member: ClientAssignment(
+                actives=dict(partitions) if member == decider else {},
+                standbys={}
+                if member == decider
+                else {t: p for t, p in partitions.items() if t in changelogs},
+            )
+            for member in member_metadata
+        }
+        # Faust numbers co-partitioned topic groups by partition count (the transactional
+        # ids of exactly-once use them); the same numbering here.
+        counts = sorted({len(p) for p in partitions.values()})
+        groups = {topic: counts.index(len(p)) for topic, p in partitions.items()}
+        return self._protocol_assignments(  # type: ignore[no-any-return]
+            assignments,
+            self._get_changelog_distribution(assignments),
+            self._get_external_topic_distribution(assignments),
+            groups,
+        )
+
+    def deciding(self) -> bool:
+        """Does this member hold the active partitions (after the last assignment)?"""
+        return bool(self._assignment.actives)
+
+
+def _is_decider(assignment: ClientAssignment, partitions: Mapping[str, list[int]]) -> bool:
+    return any(assignment.actives.get(topic) for topic in partitions)
