@@ -14,7 +14,6 @@ import dataclasses
 import shutil
 import tempfile
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from venn.stack.processes import (
     log_tail,
     start_service,
     stop_services,
+    worker_metric,
 )
 from venn.workloads import load_workload, resolve_workload
 
@@ -173,15 +173,8 @@ async def _wait_recorded(url: str, rounds: int, finished: int, timeout: float) -
 
 def _checkins_decided(port: int) -> int:
     """venn_scheduler_checkins_total of the worker on ``port``; -1 if it does not answer."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5.0) as resp:
-            body = resp.read().decode()
-    except OSError:
-        return -1
-    for line in body.splitlines():
-        if line.startswith("venn_scheduler_checkins_total "):
-            return int(float(line.split()[1]))
-    return -1
+    decided = worker_metric(port, "venn_scheduler_checkins_total")
+    return -1 if decided is None else int(decided)
 
 
 async def run_demo(

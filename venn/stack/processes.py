@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,3 +107,26 @@ def log_tail(run_dir: str | Path, name: str, lines: int = 20) -> str:
 def default_services_for_demo(workers: int = 1) -> list[ServiceSpec]:
     """What a demo needs besides its in-process fleet and coordinators."""
     return [*(scheduler_spec(w) for w in range(1, workers + 1)), recorder_spec()]
+
+
+def worker_metric(port: int, name: str, host: str = "127.0.0.1") -> float | None:
+    """The unlabelled metric ``name`` of the scheduler worker whose web server is on
+    ``port``; None if the worker does not answer or has no such metric."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5.0) as resp:
+            body = resp.read().decode()
+    except OSError:
+        return None
+    for line in body.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
+
+
+def deciding_workers(ports: Mapping[str, int]) -> list[str]:
+    """The workers (name -> web port) that say they decide (``venn_scheduler_deciding``):
+    one in a settled group of any size."""
+    return [name for name, port in ports.items() if worker_metric(port, DECIDING) == 1.0]
+
+
+DECIDING = "venn_scheduler_deciding"
