@@ -43,7 +43,7 @@ from venn.broker import topics  # noqa: E402
 from venn.broker.local import local_broker  # noqa: E402
 from venn.broker.process import free_port  # noqa: E402
 from venn.settings import Settings  # noqa: E402
-from venn.stack.processes import DECIDING, worker_metric  # noqa: E402
+from venn.stack.processes import DECIDING, settled_decider, worker_metric  # noqa: E402
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "failover.json"
 DOC = ROOT / "docs" / "results" / "failover.md"
@@ -146,13 +146,12 @@ async def one_run(bootstrap: str, run_dir: Path, workers: int, rate: float) -> d
     try:
         deadline = loop.time() + TIMEOUT_S
         while True:  # every worker answers and exactly one decides
-            states = [await asyncio.to_thread(worker_metric, p, DECIDING) for p in ports.values()]
-            if None not in states and sum(s == 1.0 for s in states) == 1 and sum(states) == 1:
+            decider = await asyncio.to_thread(settled_decider, ports)
+            if decider is not None:
                 break
             if loop.time() > deadline:
                 raise RuntimeError(f"no settled group of {workers} in {TIMEOUT_S:.0f} s")
             await asyncio.sleep(0.5)
-        (decider,) = await deciding(ports)
         attr = f"fo_{uuid.uuid4().hex[:8]}"
         job_id = f"failover-{attr}"
         now = time.time()

@@ -29,7 +29,7 @@ from venn.broker import topics
 from venn.broker.process import free_port
 from venn.broker.topics import prepare_topics
 from venn.settings import Settings
-from venn.stack.processes import DECIDING, deciding_workers, worker_metric
+from venn.stack.processes import settled_decider
 
 WORKERS = 3
 DEMAND = 8
@@ -79,10 +79,9 @@ class Cluster:
         """The decider, once every live worker reports and exactly one decides."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            ports = self.alive()
-            states = [await asyncio.to_thread(worker_metric, p, DECIDING) for p in ports.values()]
-            if None not in states and sorted(states) == [0.0] * (len(states) - 1) + [1.0]:
-                return (await asyncio.to_thread(deciding_workers, ports))[0]
+            decider = await asyncio.to_thread(settled_decider, self.alive())
+            if decider is not None:
+                return decider
             await asyncio.sleep(0.5)
         raise AssertionError(f"no settled group of {self.alive()} in {timeout:.0f} s")
 

@@ -2,12 +2,13 @@
 
 One workload on Apache Kafka (the demo stack) while the scheduler worker is SIGKILLed and
 restarted twice and a second worker joins and leaves: the second is a standby until the
-first is killed, then decides until it leaves, and the restarted first decides again. Commits follow the offset ledger (venn.broker.faust_adapter:
-a partition's commit is its lowest offset not handled, dead-lettered, deduplicated or
-dropped as stale), so once the work is done, every input partition's committed offset must
-reach its end offset, for the scheduler's group and the recorder's; the surviving worker's
-ledger must have nothing left behind (its lag, by the ledger, 0 everywhere); every job
-finishes and the invariants of design.md hold.
+first is killed, then decides until it leaves, and the restarted first decides again.
+Commits follow the offset ledger (venn.broker.faust_adapter: a partition's commit is its
+lowest offset not handled, dead-lettered, deduplicated or dropped as stale), so once the
+work is done, every input partition's committed offset must reach its end offset, for the
+scheduler's group and the recorder's; the surviving worker's ledger must have nothing left
+behind (its lag, by the ledger, 0 everywhere); every job finishes and the invariants of
+design.md hold.
 """
 
 from __future__ import annotations

@@ -129,4 +129,14 @@ def deciding_workers(ports: Mapping[str, int]) -> list[str]:
     return [name for name, port in ports.items() if worker_metric(port, DECIDING) == 1.0]
 
 
+def settled_decider(ports: Mapping[str, int]) -> str | None:
+    """The decider of the workers ``ports`` (name -> web port) once every one of them
+    answers and exactly one decides; None before."""
+    states = {name: worker_metric(port, DECIDING) for name, port in ports.items()}
+    values = list(states.values())
+    if None in values or values.count(1.0) != 1 or values.count(0.0) != len(values) - 1:
+        return None
+    return next(name for name, state in states.items() if state == 1.0)
+
+
 DECIDING = "venn_scheduler_deciding"
