@@ -87,11 +87,14 @@ class Cluster:
 
 
 @pytest.fixture
-async def cluster(broker: str, run_dir: Path, partitions: int) -> AsyncIterator[Cluster]:
+async def cluster(
+    broker: str, broker_kind: str, run_dir: Path, partitions: int
+) -> AsyncIterator[Cluster]:
     app_id = f"venn-failover-{uuid.uuid4().hex[:8]}"
     await prepare_topics(Settings(broker=broker, app_id=app_id, topic_partitions=partitions))
     env = {
         "VENN_BROKER": broker,
+        "VENN_BROKER_KIND": broker_kind,  # its client profile (venn/broker/tuning.py)
         "VENN_APP_ID": app_id,
         "VENN_TOPIC_PARTITIONS": str(partitions),
         "VENN_RUN_DIR": str(run_dir),
