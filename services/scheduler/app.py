@@ -43,17 +43,18 @@ from services.scheduler import metrics
 from services.scheduler.stall import StallWatch
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
-from services.scheduler.transport import OutputProducer, SchedulerApp
 from venn import events as ev
 from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
 from venn.broker.faust_adapter import (
     LedgerConsumer,
+    OffsetsApp,
     OneDeciderAssignor,
     account,
     records,
     restore_progress,
+    send_output,
 )
 from venn.broker.health import BrokerWatch
 from venn.broker.ledger import OffsetLedger, Outcome
@@ -108,7 +109,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
     web_port = config.web_port or free_port(config.web_host)
     quiet_logs()
     tuning = settings.tuning
-    app = SchedulerApp(
+    app = OffsetsApp(
         settings.app_id,
         fetch_wait_ms=settings.scheduler_fetch_wait,
         broker=f"kafka://{settings.broker}",
@@ -129,6 +130,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
         web_bind=config.web_host,
         broker_credentials=faust_credentials(settings),
         web_port=web_port,
+        output_errors=lambda topic, kind: metrics.OUTPUT_ERRORS.labels(topic, kind).inc(),
         ledger=OffsetLedger(
             observe=lambda topic, p, outcome: metrics.OFFSETS.labels(topic, str(p), outcome).inc()
         ),
@@ -173,11 +175,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
             state.invalidate()
 
     def send(topic: str, key: bytes, value: bytes) -> None:
-        # Buffered, not awaited: Faust flushes the producer before committing offsets, so
-        # this stays at-least-once without a round trip per event (see transport.py).
-        producer = app.producer
-        assert isinstance(producer, OutputProducer)
-        producer.send_output(topic, key, value)
+        send_output(app, topic, key, value)
 
     def publish(out: ev.Event) -> None:
         if isinstance(out, ev.CheckinsDeclined):
