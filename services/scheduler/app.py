@@ -48,6 +48,7 @@ from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
 from venn.broker.faust_adapter import (
+    STANDBY_MEMORY_STORE,
     LedgerConsumer,
     OffsetsApp,
     OneDeciderAssignor,
@@ -113,7 +114,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
         settings.app_id,
         fetch_wait_ms=settings.scheduler_fetch_wait,
         broker=f"kafka://{settings.broker}",
-        store="memory://",
+        store=STANDBY_MEMORY_STORE,
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=1,
         topic_disable_leader=True,  # the leader topic would be auto-created with 4 partitions

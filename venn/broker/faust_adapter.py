@@ -1,7 +1,8 @@
 """The one place where Venn touches Faust's and aiokafka's private state (faust-streaming
 0.15.3, aiokafka 0.14): commits that follow what was handled, a batching producer for
-outputs, the partition assignment of one decider with hot standbys (`OneDeciderAssignor`),
-and a consumer's metadata refresh (`refresh_metadata`).
+outputs, the partition assignment of one decider with hot standbys (`OneDeciderAssignor`)
+and the memory store that keeps them hot (`STANDBY_MEMORY_STORE`), and a consumer's
+metadata refresh (`refresh_metadata`).
 
 Faust made to commit only what was handled. docs/notes/faust-record-loss.md tells
 the failures and the reproduction (tests/broker/test_faust_record_loss.py).
@@ -64,9 +65,11 @@ import aiokafka
 import faust
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.errors import MessageSizeTooLargeError
+from faust import stores
 from faust.assignor import PartitionAssignor
 from faust.assignor.client_assignment import ClientAssignment
 from faust.assignor.partition_assignor import MemberAssignmentMapping, MemberMetadataMapping
+from faust.stores import memory
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, TransportT
 
@@ -430,3 +433,49 @@ class OneDeciderAssignor(PartitionAssignor):  # type: ignore[misc]
 
 def _is_decider(assignment: ClientAssignment, partitions: Mapping[str, list[int]]) -> bool:
     return any(assignment.actives.get(topic) for topic in partitions)
+
+
+class StandbyMemoryStore(memory.Store):  # type: ignore[misc]
+    """Faust's memory store, kept hot on a standby. Faust's own reports no offset it has
+    read a changelog partition to, so a standby promoted to active reads the whole
+    changelog again, and it drops the rows of every partition that is not active once a
+    recovery completes, standbys' included. This one remembers the last changelog offset
+    it applied or its table wrote per partition and keeps the rows of standby partitions
+    too, so a promoted standby reads only the changelog's tail (as Faust's RocksDB store
+    does). Rows and offsets of a partition that is neither active nor standby are dropped
+    together: a partition assigned again later is read from its start."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._offsets: dict[TP, int] = {}
+
+    def apply_changelog_batch(
+        self,
+        batch: Iterable[faust.EventT],
+        to_key: Callable[[Any], Any],
+        to_value: Callable[[Any], Any],
+    ) -> None:
+        events = list(batch)
+        super().apply_changelog_batch(events, to_key, to_value)
+        for event in events:
+            self.set_persisted_offset(event.message.tp, event.message.offset)
+
+    def persisted_offset(self, tp: TP) -> int | None:
+        return self._offsets.get(tp)
+
+    def set_persisted_offset(self, tp: TP, offset: int) -> None:
+        self._offsets[tp] = max(offset, self._offsets.get(tp, offset))
+
+    async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
+        kept = {tp.partition for tp in (*active_tps, *standby_tps)}
+        for key, partition in list(self._key_partition.items()):
+            if partition not in kept:
+                self.data.pop(key, None)
+                self._key_partition.pop(key, None)
+        for tp in [tp for tp in self._offsets if tp.partition not in kept]:
+            del self._offsets[tp]
+
+
+STANDBY_MEMORY_STORE = "venn-memory://"
+"""The store URL of `StandbyMemoryStore` (Faust finds stores by the URL's scheme)."""
+stores.STORES.aliases["venn-memory"] = f"{__name__}:StandbyMemoryStore"
