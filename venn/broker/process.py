@@ -19,9 +19,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_free(host: str, port: int) -> bool:
+    """True if a server could listen at host:port now. Bound with SO_REUSEADDR, as Kafka
+    and Tansu bind: the connections of a broker just stopped, in TIME_WAIT for a minute,
+    do not hold the port; a listener does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
+            s.listen()
         except OSError:
             return False
     return True
