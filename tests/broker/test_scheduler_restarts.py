@@ -177,3 +177,18 @@ async def test_a_bad_record_keeps_one_dead_letter_across_a_restart(
         lambda e: isinstance(e, ev.DeadLetter) and marker in e.original_bytes(),
     )
     assert len(letters) == 1, letters
+
+
+async def test_bad_replies_and_status_records_get_one_dead_letter(
+    stack: tuple[Bus, Worker, str],
+) -> None:
+    """Issue 26, item 10: a bad record on venn.replies addressed to no live gateway, or on
+    venn.status, got no dead letter. The scheduler owns both (topics.DEAD_LETTER_OWNER)."""
+    bus, _, _ = stack
+    marker = uuid.uuid4().hex.encode()
+    metas = {
+        topics.REPLIES: await bus.send(topics.REPLIES, b"\xff" + marker, key=b"gw-gone-" + marker),
+        topics.STATUS: await bus.send(topics.STATUS, b'{"worker": "' + marker + b'"}', key=b"x"),
+    }
+    for topic, meta in metas.items():
+        await bus.published.dead_letter_of(topic, meta)

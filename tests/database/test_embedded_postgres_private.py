@@ -70,4 +70,3 @@ def test_a_trusting_data_directory_gets_the_password(tmp_path: Path) -> None:
         assert not _connects(again.admin_url.replace(":first@", "@"))
     finally:
         again.stop()
-
