@@ -138,11 +138,11 @@ def create_app(settings: Settings | None = None) -> faust.App:
     )
     partitions = settings.topic_partitions
     jobs_table, rounds_table = (
-        app.tables.add(
-            RowTable(app, name=name, key_type=str, partitions=partitions, beacon=app.tables.beacon)
-        )
+        RowTable(app, name=name, key_type=str, partitions=partitions, beacon=app.tables.beacon)
         for name in ("jobs", "round")
     )
+    app.tables.add(jobs_table)
+    app.tables.add(rounds_table)
 
     def raw_topic(name: str) -> faust.TopicT:
         return app.topic(name, key_serializer="raw", value_serializer="raw")

@@ -102,7 +102,9 @@ async def test_the_status_feed_goes_on_after_any_bad_record(broker: str, partiti
         status = PrivateStatus(settings)
         await status.start()
         try:
-            await until(lambda: status.latest is not None and status.latest.worker == "after")
+            await until(
+                lambda feed=status: feed.latest is not None and feed.latest.worker == "after"  # type: ignore[misc]
+            )
             assert status.bad_records == len(bad)
         finally:
             await status.stop()
