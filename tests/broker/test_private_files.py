@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import stat
+import uuid
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
+
+from venn.broker.topics import delete_topics, ensure_topics
 
 
 async def test_kafka_config_and_segments_are_owner_only(
@@ -16,13 +19,22 @@ async def test_kafka_config_and_segments_are_owner_only(
 ) -> None:
     if broker_kind != "kafka":
         pytest.skip("Tansu keeps its log in memory")
+    topic = f"test.private-{uuid.uuid4().hex[:8]}"
+    await ensure_topics(broker, 1, names=(topic,))
     producer = AIOKafkaProducer(bootstrap_servers=broker)
     await producer.start()
     try:  # something in a segment
-        await producer.send_and_wait("venn.dead-letters", b"x", key=b"private-files")
+        await producer.send_and_wait(topic, b"a job token, say", key=b"k")
     finally:
         await producer.stop()
-    home = run_dir / "broker"
+    try:
+        check_private(run_dir / "broker")
+    finally:
+        await delete_topics(broker, [topic])
+
+
+def check_private(home: Path) -> None:
+    """Every file of the broker 0600 or stricter, every directory 0700."""
     files = [Path(top) / name for top, _, names in os.walk(home) for name in names]
     props = [f for f in files if f.name == "server.properties"]
     segments = [f for f in files if f.suffix in (".log", ".index") and "data" in f.parts]

@@ -367,8 +367,8 @@ class KafkaBroker:
         cluster_id = self._cluster_id()
         for node in self.ports:
             home = self.node_dir(node.node_id)
-            home.mkdir(parents=True, exist_ok=True)
-            (home / "log4j2.properties").write_text(LOG4J2)
+            private_dir(home)
+            write_private(home / "log4j2.properties", LOG4J2)
             props = home / "server.properties"
             log_dir = home / "data"
             admin = self.users["admin"] if self.users else None
