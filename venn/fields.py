@@ -66,11 +66,18 @@ Count = Annotated[int, msgspec.Meta(ge=0, le=DEMAND_MAX)]
 Rounds = Annotated[int, msgspec.Meta(ge=1, le=ROUNDS_MAX)]
 RoundCount = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
 RoundIndex = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
+SignedIndex = Annotated[int, msgspec.Meta(ge=-1, le=INDEX_MAX)]
+"""A round index or label where -1 means none yet."""
+Total = Annotated[int, msgspec.Meta(ge=0, le=ROUNDS_MAX * DEMAND_MAX)]
+"""Devices over a job's life (every round's demand at most)."""
 Offset = Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)]
 Partition = Annotated[int, msgspec.Meta(ge=-1, le=INDEX_MAX)]
 Size = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Timestamp = Annotated[float, msgspec.Meta(ge=0, le=TIME_MAX)]
 Duration = Annotated[float, msgspec.Meta(ge=0, le=DURATION_MAX)]
+Delay = Annotated[float, msgspec.Meta(ge=-DURATION_MAX, le=DURATION_MAX)]
+"""Seconds between two clock readings (two hosts' clocks may disagree: signed)."""
+Ratio = Annotated[float, msgspec.Meta(ge=0, le=1)]
 PosDuration = Annotated[float, msgspec.Meta(gt=0, le=DURATION_MAX)]
 Speed = Annotated[float, msgspec.Meta(ge=0, le=SPEED_MAX)]
 Bandwidth = Annotated[float, msgspec.Meta(ge=0, le=BANDWIDTH_MAX)]

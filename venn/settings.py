@@ -589,6 +589,17 @@ def run_dir_secret(run_dir: str | Path, create: bool = False) -> str:
     return secret
 
 
+def run_dir_database_password(run_dir: str | Path) -> str:
+    """The password of the run dir's embedded PostgreSQL (made on first use)."""
+    found = _read_secrets(run_dir)
+    password = found.get("database_password")
+    if isinstance(password, str) and password:
+        return password
+    password = secrets.token_urlsafe(24)
+    _write_secrets(run_dir, {**found, "database_password": password})
+    return password
+
+
 def run_dir_kafka_users(
     run_dir: str | Path, principals: tuple[str, ...] = (), create: bool = False
 ) -> dict[str, str]:

@@ -333,9 +333,9 @@ class Gateway:
 
     # -- the assignments/jobs/rounds consumer ------------------------------------------
     def _owns(self, record: Record) -> bool:
-        """Replies are the gateway's to dead-letter, each by the gateway it is addressed
-        to; everything else read here has another owner."""
-        return _GATEWAY_OWNS(record) and record.key == self.id.encode()
+        """Nothing read here is the gateway's to dead-letter (topics.DEAD_LETTER_OWNER):
+        the scheduler writes one letter per bad record, whoever reads it."""
+        return _GATEWAY_OWNS(record)
 
     def _apply(self, event: ev.Event) -> None:
         if isinstance(event, ev.CheckinsDeclined):

@@ -40,9 +40,11 @@ from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.scheduler import metrics
+from services.scheduler.letters import WrittenLetters
 from services.scheduler.stall import StallWatch
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
+from services.scheduler.tables import RowTable
 from venn import events as ev
 from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
@@ -72,6 +74,7 @@ from venn.broker.stream import (
     owned_by,
 )
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
+from venn.core.status import decode_status
 from venn.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -139,13 +142,17 @@ def create_app(settings: Settings | None = None) -> faust.App:
         datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data-{web_port}"),
     )
     partitions = settings.topic_partitions
-    jobs_table = app.Table("jobs", key_type=str, partitions=partitions)
-    rounds_table = app.Table("round", key_type=str, partitions=partitions)
+    jobs_table, rounds_table = (
+        RowTable(app, name=name, key_type=str, partitions=partitions, beacon=app.tables.beacon)
+        for name in ("jobs", "round")
+    )
+    app.tables.add(jobs_table)
+    app.tables.add(rounds_table)
 
     def raw_topic(name: str) -> faust.TopicT:
         return app.topic(name, key_serializer="raw", value_serializer="raw")
 
-    jobs_in, rounds_in, results_in, checkins_in, assignments, revocations_in = (
+    jobs_in, rounds_in, results_in, checkins_in, assignments = (
         raw_topic(name)
         for name in (
             topics.JOBS,
@@ -153,7 +160,6 @@ def create_app(settings: Settings | None = None) -> faust.App:
             topics.RESULTS,
             topics.CHECKINS,
             topics.ASSIGNMENTS,
-            topics.REVOCATIONS,
         )
     )
     owned: set[int] = set()
@@ -193,6 +199,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
     # The dead-letter policy is venn.broker.stream's (`judge`); only the sending is ours,
     # buffered like every output.
     owns = owned_by("scheduler")
+    written = WrittenLetters(partitions)
     stream_stats = StreamStats()
     app.stream_stats = stream_stats  # type: ignore[attr-defined]
 
@@ -218,6 +225,9 @@ def create_app(settings: Settings | None = None) -> faust.App:
         )
         if item >= 0:  # one bad check-in of a batch: its own id, stable across replays
             letter = msgspec.structs.replace(letter, event_id=f"{letter.event_id}:{item}")
+        if not written.first_time(letter.event_id):
+            metrics.DUPLICATES.labels(topics.DEAD_LETTERS).inc()
+            return  # a replayed record's letter, written before a restart
         send(topics.DEAD_LETTERS, *message(topics.DEAD_LETTERS, letter))
         metrics.DEAD_LETTERS.labels(topic).inc()
         metrics.DEAD_LETTER_REASONS.labels(topic, kind).inc()
@@ -259,6 +269,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
     attrs_cache = AttrsCache()
 
     async def run(stream: faust.StreamT, topic: str, handle: Handler) -> None:
+        await written.ready.wait()
         allowed = ev.ALLOWED_ON[topic]
         processed = metrics.EVENTS.labels(topic)
         duplicates = metrics.DUPLICATES.labels(topic)
@@ -278,6 +289,10 @@ def create_app(settings: Settings | None = None) -> faust.App:
             outcome: Outcome = "handled"
             try:
                 state.ensure_loaded(now)
+                if topic == topics.STATUS:  # read only to dead-letter a bad record
+                    decode_status(event.value)
+                    account(ledger, message, outcome)
+                    continue
                 try:
                     if quick is not None:
                         decoded = quick(event.value)
@@ -342,6 +357,9 @@ def create_app(settings: Settings | None = None) -> faust.App:
     def adopt(event: ev.Event, partition: int, now: float) -> None:
         metrics.ADOPTED.inc(state.on_assignment(event, partition, now))
 
+    def _ignore(event: ev.Event, partition: int, now: float) -> None:
+        return None
+
     handlers: list[tuple[faust.TopicT, str, Handler]] = [
         (jobs_in, topics.JOBS, state.on_job_event),
         (rounds_in, topics.ROUNDS, on_round),
@@ -349,8 +367,12 @@ def create_app(settings: Settings | None = None) -> faust.App:
         (checkins_in, topics.CHECKINS, decide),
         (assignments, topics.ASSIGNMENTS, adopt),
         # Read here only to dead-letter a bad record once (topics.DEAD_LETTER_OWNER): every
-        # worker applies every revocation from its own reader (follow_revocations).
-        (revocations_in, topics.REVOCATIONS, lambda event, partition, now: None),
+        # worker applies every revocation from its own reader (follow_revocations); the
+        # gateways read replies and status without a consumer group.
+        *(
+            (raw_topic(name), name, _ignore)
+            for name in (topics.REVOCATIONS, topics.REPLIES, topics.STATUS)
+        ),
     ]
     for channel, name, handle in handlers:
         agent_name = "scheduler-" + name.removeprefix("venn.")
@@ -392,6 +414,10 @@ def create_app(settings: Settings | None = None) -> faust.App:
     async def _quiet() -> None:
         quiet_logs(logging.getLogger().level)
         watch.start()
+
+    @app.task
+    async def _letters() -> None:
+        await written.load(settings)
 
     @app.timer(interval=max(1.0, min(30.0, config.job_timeout_s / 4 or 30.0)))
     async def _expire_silent_jobs() -> None:

@@ -12,6 +12,11 @@ ADOPTED = Counter(
     "venn_scheduler_adopted", "Assignments accounted from the topic (decided before a restart)"
 )
 DEAD_LETTERS = Counter("venn_scheduler_dead_letters", "Dead letters published", ["topic"])
+UNREADABLE_ROWS = Counter(
+    "venn_scheduler_unreadable_rows",
+    "Table rows skipped at a rebuild (not a row, or not restorable), by table",
+    ["table"],
+)
 REBUILDS = Counter("venn_scheduler_rebuilds", "Core rebuilds from the tables")
 OUTPUT_ERRORS = Counter(
     "venn_scheduler_output_errors", "Outputs that could not be sent", ["topic", "error"]

@@ -47,6 +47,7 @@ from services.scheduler.rows import (
     TierResult,
     decode_round_row,
 )
+from services.scheduler.tables import readable
 from venn import events as ev
 from venn.broker.stream import Refused
 from venn.checkin_columns import CheckinColumns
@@ -106,6 +107,8 @@ class SchedulerState:
         """job_id -> what the ``round`` table holds of its open round."""
         self.decided: set[str] = set()  # assignment ids this core instance decided itself
         self.stale_checkins = 0
+        self.unreadable_rows = 0
+        """Table rows skipped at a rebuild: not rows, or not restorable."""
         self.held_since: dict[str, float] = {}
         """Device -> when it took the assignment it holds (this worker's clock)."""
         self.overdue_released = 0
@@ -141,6 +144,9 @@ class SchedulerState:
         self.expiring.clear()
         # The memory store keeps rows of revoked partitions: take only the owned ones.
         for job_id, row in list(self.jobs.items()):
+            if not readable(job_id, row):
+                self._unreadable("jobs", job_id)
+                continue
             if owned is not None and row.get("partition") not in owned:
                 continue
             try:
@@ -150,17 +156,18 @@ class SchedulerState:
                     snap = decode_snapshot(row["core"])
                     restore_job(self.core, snap, now)
                     self.snapshots[job_id] = snap
-            except (KeyError, TypeError, ValueError, AttributeError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
                 # One bad row must not block every later event: skip it, keep the rest.
-                log.exception("cannot restore job %r from its row; skipped", job_id)
+                self._unreadable("jobs", job_id)
                 continue
             self.rows[job_id] = row
             self.last_seen[job_id] = now  # silence is counted from the rebuild
-        rows = [
-            (str(key), row)
-            for key, row in list(self.rounds_table.items())
-            if owned is None or row.get("partition") in owned
-        ]
+        rows: list[tuple[str, Row]] = []
+        for key, row in list(self.rounds_table.items()):
+            if not readable(key, row):
+                self._unreadable("round", key)
+            elif owned is None or row.get("partition") in owned:
+                rows.append((key, row))
         # Assignments before results: a result releases a device its assignment made busy.
         rows.sort(key=lambda kv: not kv[0].startswith("a:"))
         applied = 0
@@ -168,7 +175,7 @@ class SchedulerState:
             try:
                 applied += self._reapply(key, row, now)
             except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-                log.exception("cannot restore round row %r; skipped", key)
+                self._unreadable("round", key)
         self.loaded = True
         log.info(
             "scheduler core rebuilt: %d jobs, %d removed, %d rows of open rounds",
@@ -176,6 +183,13 @@ class SchedulerState:
             len(self.removed),
             applied,
         )
+
+    def _unreadable(self, table: str, key: object) -> None:
+        """A row that cannot be restored: skipped (one bad row must not block every later
+        event) and counted."""
+        self.unreadable_rows += 1
+        metrics.UNREADABLE_ROWS.labels(table).inc()
+        log.error("cannot restore %s row %r; skipped", table, key, exc_info=True)
 
     def _reapply(self, key: str, raw: Row, now: float) -> int:
         row = decode_round_row(key, raw)

@@ -70,6 +70,11 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.RESULTS,
                 topics.ASSIGNMENTS,
                 topics.REVOCATIONS,
+                # only to dead-letter their bad records (topics.DEAD_LETTER_OWNER)
+                topics.REPLIES,
+                topics.STATUS,
+                # the letters already written, read back at start (one letter per record)
+                topics.DEAD_LETTERS,
             ),
             # venn.jobs: the expiry of a silent job, ordered with the job's other events
             # venn.status: the plan and supply snapshot the job API reads

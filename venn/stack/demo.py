@@ -34,7 +34,7 @@ from venn.broker.topics import prepare_topics
 from venn.core.model import JobSpec
 from venn.events import Event
 from venn.sdk.clock import TraceClock
-from venn.settings import Settings, run_dir_kafka_users, run_dir_secret
+from venn.settings import Settings, run_dir_database_password, run_dir_kafka_users, run_dir_secret
 from venn.stack.capture import read_topics
 from venn.stack.local import POSTGRES_DIR, service_env, wait_scheduler_ready
 from venn.stack.processes import (
@@ -196,7 +196,11 @@ async def run_demo(
     # Apache Kafka signs every service in as its own principal, as under `venn up`.
     users = run_dir_kafka_users(run, security.PRINCIPALS, create=True) if kind == "kafka" else {}
     broker = local_broker(kind, run, users=users or None)
-    database = None if config.database_url else EmbeddedPostgres(run / POSTGRES_DIR)
+    database = (
+        None
+        if config.database_url
+        else EmbeddedPostgres(run / POSTGRES_DIR, password=run_dir_database_password(run))
+    )
     try:
         handles.phase = f"starting {kind}"
         await asyncio.to_thread(broker.start)

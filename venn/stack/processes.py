@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from venn.broker.process import pid_alive, terminate
+from venn.broker.process import (
+    PRIVATE_UMASK,
+    open_private_log,
+    pid_alive,
+    terminate,
+    write_private,
+)
 
 SERVICES_FILE = "services.json"
 
@@ -46,7 +52,7 @@ def _read(run_dir: Path) -> dict[str, int]:
 
 
 def _write(run_dir: Path, pids: dict[str, int]) -> None:
-    (run_dir / SERVICES_FILE).write_text(json.dumps(pids, indent=1))
+    write_private(run_dir / SERVICES_FILE, json.dumps(pids, indent=1))
 
 
 def running_services(run_dir: str | Path) -> dict[str, int]:
@@ -63,7 +69,7 @@ def start_service(
     """
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    with open(run / f"{spec.name}.log", "ab") as log:
+    with os.fdopen(open_private_log(run / f"{spec.name}.log"), "ab") as log:
         proc = subprocess.Popen(
             spec.command(),
             stdin=subprocess.DEVNULL,
@@ -72,6 +78,7 @@ def start_service(
             env={**os.environ, **env},
             cwd=run,
             start_new_session=detached,
+            umask=PRIVATE_UMASK,
         )
     pids = _read(run)
     pids[spec.name] = proc.pid
