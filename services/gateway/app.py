@@ -666,6 +666,32 @@ async def _read_body(request: web.Request, config: GatewaySettings, deadline: fl
 
 
 @web.middleware
+async def _uncompressed(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """415 for a body with a Content-Encoding: the server runs with aiohttp's decompression
+    off (`SERVER_OPTIONS`), so such a body would reach a handler as compressed bytes, and a
+    1.6 KB brotli body expands to 1 GB (issue 26, item 3). Refused before it is read."""
+    codings = [
+        c.strip().lower()
+        for value in request.headers.getall("Content-Encoding", ())
+        for c in value.split(",")
+    ]
+    compressed = [c for c in codings if c not in ("", "identity")]
+    if not compressed:
+        return await handler(request)
+    response = _json(
+        {
+            "error": "unsupported_encoding",
+            "detail": f"request bodies are never decompressed here (Content-Encoding: "
+            f"{', '.join(compressed)}): send the body uncompressed",
+        },
+        415,
+    )
+    response.headers["Accept-Encoding"] = "identity"  # RFC 7694
+    response.force_close()  # the unread body is not drained either
+    return response
+
+
+@web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """JSON bodies for aiohttp's own 4xx; an unexpected failure is a 429, never a 5xx."""
     try:
@@ -691,9 +717,16 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _answer(status, payload)
 
 
+SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
+"""How the gateway's app must be served (`web.AppRunner(app, **SERVER_OPTIONS)`): aiohttp's
+parser would otherwise decompress a request body on the event loop as it arrives, before
+any handler or limit sees it (a brotli body has no bound there)."""
+
+
 def create_app(settings: Settings | None = None) -> web.Application:
     """The aiohttp application (settings: default from the environment, with the gateway's
-    Kafka principal); its startup connects to Kafka, its cleanup disconnects."""
+    Kafka principal); its startup connects to Kafka, its cleanup disconnects. Serve it with
+    `SERVER_OPTIONS`."""
     gw = Gateway((settings or Settings.from_env()).for_role("gateway"))
     config = gw.config
     registry = CollectorRegistry()
@@ -717,7 +750,7 @@ def create_app(settings: Settings | None = None) -> web.Application:
         latency.labels(path, str(response.status)).observe(loop.time() - arrived)
         return response
 
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[timed, _errors])
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[timed, _uncompressed, _errors])
     app[GATEWAY] = gw
     spec = _encode(openapi_document(gw.settings))
 
@@ -845,6 +878,7 @@ class GatewayServer:
             # aiohttp closes a connection still waiting for a request's headers when this
             # expires (it is armed at connect): the header timeout, and the keep-alive idle.
             keepalive_timeout=self.config.idle_timeout_s,
+            **SERVER_OPTIONS,
         )
         await self.runner.setup()
         site = web.TCPSite(
