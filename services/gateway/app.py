@@ -506,9 +506,11 @@ class Gateway:
             try:
                 delivery = self.batcher.submit(event)
             except BatcherBusy as exc:
-                self.stats.kafka_errors += 1
+                # The broker is up but slower than the check-ins arrive: shed load, as for
+                # too many in flight (issue 26, item 10: this was "broker_unavailable").
+                self.stats.overloaded += 1
                 log.debug("check-in %s not queued: %r", cid, exc)
-                return self.busy("broker_unavailable")
+                return self.busy("overloaded")
             if not wait:
                 delivery.add_done_callback(self._count_failure)
                 self.stats.fast_no += 1

@@ -12,6 +12,7 @@ froze the gateway for 15 s.
 from __future__ import annotations
 
 import asyncio
+import json
 import dataclasses
 import secrets
 import time
@@ -81,8 +82,6 @@ class Gateway:
 
 
 def checkin_body(device: str, attrs: dict[str, float] | None = None) -> bytes:
-    import json
-
     return json.dumps(
         {"device_id": device, "attrs": attrs or {"ram": 4}, "speed_ms_per_sample": 1,
          "bandwidth_kbps": 2}
@@ -210,3 +209,58 @@ async def test_checkins_are_answered_while_bombs_arrive_every_second(
         await sender
     assert [(s, reason) for s, reason, _ in answers] == [(200, "no_open_round")] * 16, answers
     assert len(refused) >= 8 and set(refused) == {400, 415}, refused
+
+
+async def test_ids_with_invisible_or_bidi_characters_and_negative_attributes_get_422(
+    gateway: Gateway,
+) -> None:
+    """Item 10: U+202E made "evil-gpj.exe" read as "evil-exe.jpg" on a dashboard; a device
+    reported "ram": -4 and was accepted."""
+    enroll = gateway.tokens.issue("enroll", "fleet", ttl_s=600)
+    for char in ("\u202e", "\u202a", "\u2066", "\u2069", "\u200f", "\u200b", "\ufeff", "\u061c",
+                 "\u00a0", "\u2028", "\u3000"):  # fmt: skip
+        device = f"dev{char}gpj.exe"
+        token = gateway.tokens.issue("device", device, ttl_s=600)
+        status, body = await gateway.post("/v1/checkin", checkin_body(device), token)
+        assert (status, body["error"]) == (422, "invalid_request"), (hex(ord(char)), body)
+        assert "$.device_id" in body["detail"]
+        name = json.dumps({"device_id": device}).encode()
+        status, body = await gateway.post("/v1/devices", name, enroll)
+        assert (status, body["error"]) == (422, "invalid_request"), (hex(ord(char)), body)
+        job = gateway.tokens.issue("job", "owner", jobs=["*"], ttl_s=600)
+        spec = {"job_id": f"job{char}x", "requirement": {"ram": 1}, "demand": 1, "rounds": 1,
+                "deadline_s": 5}  # fmt: skip
+        status, body = await gateway.post("/v1/jobs", json.dumps(spec).encode(), job)
+        assert (status, body["error"]) == (422, "invalid_request"), (hex(ord(char)), body)
+    device = f"dev-{uuid.uuid4().hex[:8]}"
+    token = gateway.tokens.issue("device", device, ttl_s=600)
+    for attrs in ({"ram": -4.0}, {"ram": 4.0, "cpu": -0.5}):
+        status, body = await gateway.post("/v1/checkin", checkin_body(device, attrs), token)
+        assert (status, body["error"]) == (422, "invalid_request"), body
+        assert ">= 0" in body["detail"] and "$.attrs" in body["detail"]
+    assert gateway.server.gateway.stats.checkins == 0
+    # Non-ASCII letters stay welcome, and zero is a value.
+    device = f"gerät-{uuid.uuid4().hex[:6]}-日本"
+    token = gateway.tokens.issue("device", device, ttl_s=600)
+    status, body = await gateway.post("/v1/checkin", checkin_body(device, {"gpu": 0.0}), token)
+    assert status == 200 and body["reason"] == "no_open_round", body
+
+
+async def test_check_ins_the_broker_cannot_take_yet_are_answered_overloaded(
+    gateway: Gateway,
+) -> None:
+    """Item 10: with batches piling up in front of a broker that is up, a check-in was
+    answered 429 "broker_unavailable" (90,000 times in a 60 s flood)."""
+    gw = gateway.server.gateway
+    assert gw.batcher is not None and gw.broker.available
+    device = f"dev-{uuid.uuid4().hex[:8]}"
+    token = gateway.tokens.issue("device", device, ttl_s=600)
+    gw.batcher.max_unsent = 0  # every batch counts as waiting for the broker
+    try:
+        status, body = await gateway.post("/v1/checkin", checkin_body(device), token)
+    finally:
+        gw.batcher.max_unsent = 64
+    assert (status, body["reason"]) == (429, "overloaded"), body
+    assert gw.stats.overloaded == 1 and gw.stats.kafka_errors == 0
+    status, body = await gateway.post("/v1/checkin", checkin_body(device), token)
+    assert status == 200, body
