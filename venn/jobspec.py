@@ -29,7 +29,6 @@ import yaml
 
 from venn.fields import Attrs, Demand, Duration, Id, PosDuration, Rounds
 
-
 SPEC_MAX_BYTES = 16384
 SPEC_MAX_DEPTH = 8
 """A spec is two levels deep (the mapping and its requirement)."""
@@ -104,7 +103,7 @@ def _load(text: bytes | str) -> Any:
         raise JobSpecError(400, f"{size} bytes: a job spec has at most {SPEC_MAX_BYTES} bytes")
     try:
         _check_shape(text)
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a safe loader)
+        return yaml.load(text, Loader=_Loader)  # a safe loader (CSafeLoader or SafeLoader)
     except yaml.YAMLError as exc:
         raise JobSpecError(400, f"not JSON or YAML: {str(exc).splitlines()[0]}") from None
     except JobSpecError:

@@ -752,7 +752,9 @@ def create_app(settings: Settings | None = None) -> web.Application:
         latency.labels(path, str(response.status)).observe(loop.time() - arrived)
         return response
 
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[timed, _uncompressed, _errors])
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[timed, _uncompressed, _errors]
+    )
     app[GATEWAY] = gw
     spec = _encode(openapi_document(gw.settings))
 

@@ -12,8 +12,8 @@ froze the gateway for 15 s.
 from __future__ import annotations
 
 import asyncio
-import json
 import dataclasses
+import json
 import secrets
 import time
 import uuid
@@ -123,9 +123,7 @@ async def test_a_compressed_body_is_refused_before_it_is_decompressed(
             status, body = await gateway.post(path, bomb, None, {"Content-Encoding": encoding})
             assert (status, body["error"]) == (415, "unsupported_encoding"), (path, encoding)
             assert encoding.split(",")[-1].strip() in body["detail"]
-    status, body = await gateway.post(
-        "/v1/checkin", bomb, token, {"Content-Encoding": "br"}
-    )
+    status, body = await gateway.post("/v1/checkin", bomb, token, {"Content-Encoding": "br"})
     assert (status, body["error"]) == (415, "unsupported_encoding")
     # An uncompressed body (identity is no encoding) is served as before.
     status, body = await gateway.post(
@@ -158,10 +156,10 @@ async def test_a_yaml_bomb_is_refused_without_being_expanded(gateway: Gateway) -
     assert (got, body["error"]) == (401, "missing_token")
     job = f"yaml-{uuid.uuid4().hex[:8]}"
     owner = gateway.tokens.issue("job", "owner", jobs=[job], ttl_s=600)
-    spec = f"job_id: {job}\nrequirement: {{only-{job}: 1}}\ndemand: 2\nrounds: 1\ndeadline_s: 30\n"
-    got, body = await gateway.post("/v1/jobs", spec.encode(), other)
+    plain = f"job_id: {job}\nrequirement: {{only-{job}: 1}}\ndemand: 2\nrounds: 1\ndeadline_s: 30\n"
+    got, body = await gateway.post("/v1/jobs", plain.encode(), other)
     assert (got, body["error"]) == (403, "forbidden")
-    got, body = await gateway.post("/v1/jobs", spec.encode(), owner)
+    got, body = await gateway.post("/v1/jobs", plain.encode(), owner)
     assert got == 201 and body["job_id"] == job, body
 
 
@@ -172,7 +170,9 @@ async def test_checkins_are_answered_while_bombs_arrive_every_second(
     bound while a brotli bomb and a YAML bomb arrive once a second each."""
     enroll = gateway.tokens.issue("enroll", "fleet", ttl_s=600)
     device = f"dev-{uuid.uuid4().hex[:8]}"
-    status, enrolled = await gateway.post("/v1/devices", f'{{"device_id": "{device}"}}'.encode(), enroll)
+    status, enrolled = await gateway.post(
+        "/v1/devices", f'{{"device_id": "{device}"}}'.encode(), enroll
+    )
     assert status == 201, enrolled
     token = enrolled["token"]
     job_token = gateway.tokens.issue("job", "mallory", jobs=["unrelated-job"], ttl_s=600)
