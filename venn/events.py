@@ -271,6 +271,18 @@ class TokenRevoked(Event, tag="token_revoked", frozen=True):
     reason: Text
 
 
+class DeviceEnrolled(Event, tag="device_enrolled", frozen=True):
+    """A device id enrolled (`POST /v1/devices`) by the owner of an enrol token. Topic
+    venn.enrolments, key device_id; only gateways write it. The first enrolment of an id
+    holds it: an enrol token of another owner may not enrol it again."""
+
+    device_id: Id
+    owner: Text
+    """The enrol token's subject (`venn token enroll --owner`)."""
+    token_id: EventId
+    """The enrol token's id (its jti)."""
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     DeviceCheckin,
     CheckinBatch,
@@ -288,6 +300,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobHeartbeat,
     JobExpired,
     LeaseMessage,
+    DeviceEnrolled,
 )
 
 AnyEvent = (
@@ -307,6 +320,7 @@ AnyEvent = (
     | JobHeartbeat
     | JobExpired
     | LeaseMessage
+    | DeviceEnrolled
 )
 
 ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
@@ -320,6 +334,7 @@ ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
     topics.REVOCATIONS: (TokenRevoked,),
     topics.STATUS: (),
     topics.LEASES: (LeaseMessage,),
+    topics.ENROLMENTS: (DeviceEnrolled,),
 }
 """Which event types each topic may carry (venn.status carries no events: the scheduler's
 snapshots, `venn.core.status.SchedulerStatus`)."""
@@ -369,7 +384,7 @@ def encode(event: Event) -> bytes:
 def key_of(event: Event) -> bytes:
     """Partition key: device_id for check-ins, job_id for job-scoped events, the token id of
     a revocation (the compaction key)."""
-    if isinstance(event, DeviceCheckin):
+    if isinstance(event, DeviceCheckin | DeviceEnrolled):
         return event.device_id.encode()
     if isinstance(event, TokenRevoked):
         return event.token_id.encode()

@@ -130,6 +130,8 @@ class GatewayStats:
     broker_down: int = 0
     refused_results: int = 0
     """Results from a device the round did not assign (403)."""
+    refused_enrolments: int = 0
+    """Enrolments of a device id another enrol token's owner holds (409)."""
     unauthorized: int = 0
     """Requests without a valid token (401) or with one that does not allow them (403)."""
     enrolled: int = 0
@@ -187,6 +189,9 @@ class Gateway:
         that writes venn.jobs: from VENN_KAFKA_PASSWORD_JOBS or the run dir's users. None
         where Kafka has no SASL (the gateway's producer writes them), or where this gateway
         serves devices only (its job API then refuses submissions and cancels: 503)."""
+        self.enrolments: dict[str, str] = {}
+        """Device id -> the owner (enrol token subject) of its first enrolment, from
+        venn.enrolments: another owner's enrol token may not take the id over."""
         self.assigned: OrderedDict[tuple[str, int, str], float] = OrderedDict()
         """(job, round, device) of recent assignments: only those devices may upload a
         result for that round."""
@@ -207,6 +212,7 @@ class Gateway:
                 topics.ROUNDS,
                 topics.REPLIES,
                 topics.REVOCATIONS,
+                topics.ENROLMENTS,
             ),
         )
         client = f"venn-gateway-{os.getpid()}"
@@ -260,7 +266,7 @@ class Gateway:
             await self.consumer.start()
             follow = [
                 TopicPartition(t, p)
-                for t in (topics.JOBS, topics.ROUNDS, topics.REVOCATIONS)
+                for t in (topics.JOBS, topics.ROUNDS, topics.REVOCATIONS, topics.ENROLMENTS)
                 for p in range(counts[t])
             ]
             answers = [TopicPartition(t, p) for t in _ANSWERS for p in range(counts[t])]
@@ -334,12 +340,17 @@ class Gateway:
     # -- the assignments/jobs/rounds consumer ------------------------------------------
     def _owns(self, record: Record) -> bool:
         """Replies are the gateway's to dead-letter, each by the gateway it is addressed
-        to; everything else read here has another owner."""
+        to; enrolments every gateway's (a dead letter's id is its record's position, so
+        the copies are one); everything else read here has another owner."""
+        if record.topic == topics.ENROLMENTS:
+            return True
         return _GATEWAY_OWNS(record) and record.key == self.id.encode()
 
     def _apply(self, event: ev.Event) -> None:
         if isinstance(event, ev.CheckinsDeclined):
             self._on_declined(event)
+        elif isinstance(event, ev.DeviceEnrolled):
+            self.enrolments.setdefault(event.device_id, event.owner)  # the first one holds
         elif isinstance(event, ev.TokenRevoked):
             if self.tokens is not None:
                 self.tokens.revocations.revoke(event.token_id, event.time)
@@ -597,6 +608,41 @@ class Gateway:
         self.stats.results += 1
         return 202, {"accepted": True, "event_id": event.event_id}
 
+    async def enrol(self, device_id: str, claims: Claims, deadline: float) -> str:
+        """The owner holding ``device_id`` once this enrolment is recorded: the caller's
+        (the enrol token's subject) when the id was free or is theirs already, else the
+        owner of its first enrolment. RequestError 429 while venn.enrolments is not read
+        to its end yet or the broker does not take the record. Two gateways enrolling one
+        id at once both write; the first record in the log holds it, for every reader."""
+        assert self.producer is not None
+        loop = asyncio.get_running_loop()
+        while not self.view_ready:
+            if loop.time() >= deadline:
+                raise RequestError(429, "view_not_ready", "enrolments are being read; retry")
+            await asyncio.sleep(0.05)
+        holder = self.enrolments.get(device_id)
+        if holder is not None:
+            return holder
+        event = ev.DeviceEnrolled(
+            event_id=f"enrol:{uuid.uuid4().hex}",
+            time=time.time(),
+            device_id=device_id,
+            owner=ev.clean_text(claims.subject),
+            token_id=claims.token_id,
+        )
+        try:
+            async with asyncio.timeout_at(deadline):
+                await KafkaEvents(self.producer).publish(topics.ENROLMENTS, event)
+                while device_id not in self.enrolments:
+                    await asyncio.sleep(0.01)
+        except Exception as exc:
+            self.stats.kafka_errors += 1
+            log.debug("enrolment of %s not recorded: %r", device_id, exc)
+            raise RequestError(
+                429, "broker_unavailable", "the enrolment was not recorded; retry"
+            ) from None
+        return self.enrolments[device_id]
+
     def gauges(self) -> dict[str, float]:
         return {
             "inflight": self.inflight,
@@ -831,7 +877,7 @@ def create_app(settings: Settings | None = None) -> web.Application:
                 404,
             )
         try:
-            gw.tokens.check(bearer(request.headers.get("Authorization")), "enroll")
+            claims = gw.tokens.check(bearer(request.headers.get("Authorization")), "enroll")
             body = await _read_body(request, config, deadline)
             req = decode_enrollment(body or b"{}")
         except RequestError as exc:
@@ -840,6 +886,21 @@ def create_app(settings: Settings | None = None) -> web.Application:
         except AuthError as exc:
             return _refused(gw, exc)
         device_id = req.device_id or f"dev-{uuid.uuid4().hex}"
+        try:
+            holder = await gw.enrol(device_id, claims, deadline)
+        except RequestError as exc:
+            return _json(exc.body(), exc.status, config.busy_retry_after_s)
+        if holder != ev.clean_text(claims.subject) and claims.kind != "admin":
+            # Issue 26, item 10: any enrol token could take over an enrolled device's id.
+            gw.stats.refused_enrolments += 1
+            return _json(
+                {
+                    "error": "device_exists",
+                    "detail": f"device {device_id!r} was enrolled by another enrol token's "
+                    "owner; an operator (admin token) may enrol it again",
+                },
+                409,
+            )
         ttl = gw.settings.device_token_ttl_s
         token = gw.tokens.issue("device", device_id, ttl_s=ttl)
         gw.stats.enrolled += 1

@@ -50,6 +50,12 @@ check-in partitions (`venn.core.partition`). Key: the job id, or the device id o
 release; a message to a check-in partition goes to that partition. Only schedulers
 write it."""
 
+ENROLMENTS = "venn.enrolments"
+"""Gateways to gateways: who enrolled each device id (`DeviceEnrolled`: the owner of the
+enrol token), so that no other enrol token takes an enrolled id over. Key: device_id.
+Every gateway follows it from the beginning; kept for good and not compacted, because the
+first enrolment of an id is the one that counts."""
+
 ALL_TOPICS: tuple[str, ...] = (
     CHECKINS,
     JOBS,
@@ -61,6 +67,7 @@ ALL_TOPICS: tuple[str, ...] = (
     REVOCATIONS,
     STATUS,
     LEASES,
+    ENROLMENTS,
 )
 
 DEAD_LETTER_OWNER: dict[str, str] = {
@@ -73,10 +80,12 @@ DEAD_LETTER_OWNER: dict[str, str] = {
     REVOCATIONS: "scheduler",
     STATUS: "gateway",
     LEASES: "scheduler",
+    ENROLMENTS: "gateway",
 }
 """The one service that dead-letters a malformed record of each topic, so every bad record
 gets exactly one dead letter; every other reader skips it and counts it. (The scheduler
-reads every input; a reply is dead-lettered by the gateway it is addressed to.)"""
+reads every input; a reply is dead-lettered by the gateway it is addressed to; every
+gateway dead-letters a bad enrolment, under the one event id of its position.)"""
 
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 """The broker stamps each record when it stores it: the time a job event's token is judged
@@ -87,6 +96,7 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     ROUNDS: APPEND_TIME,
     REVOCATIONS: {"cleanup.policy": "compact"},
     STATUS: {"cleanup.policy": "compact"},
+    ENROLMENTS: {"retention.ms": "-1", "retention.bytes": "-1"},
 }
 """Topic-level settings given at creation."""
 
