@@ -89,8 +89,8 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     broker = local_broker("kafka", workdir / "broker").start()
     port = free_port()
     env = {**os.environ, "VENN_BROKER": broker.bootstrap, "VENN_GATEWAY_PORT": str(port),
-           "VENN_RUN_DIR": str(workdir), "PYTHONPATH": str(ROOT)}  # fmt: skip
-    env.pop("VENN_AUTH_SECRET", None)
+           "VENN_RUN_DIR": str(workdir), "PYTHONPATH": str(ROOT),
+           "VENN_AUTH_SECRET": ""}  # fmt: skip
     log = open(workdir / "gateway.log", "wb")  # noqa: SIM115 (closed below)
     gateway = subprocess.Popen(
         [sys.executable, "-m", "services.gateway", "--log-level", "WARNING"],

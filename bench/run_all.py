@@ -50,6 +50,8 @@ BENCHES = (
           "workers", None, "about 6 minutes (--quick: 2)"),
     Bench("gateway_bound_bench.py", "the gateway's answer bound on a starved machine", None,
           "about 3 minutes"),
+    Bench("gateway_soak.py", "gateway memory over repeated check-in floods: leak or "
+          "high-water", None, "about 3 minutes"),
     Bench("fidelity_bench.py", "pipeline vs simulator average JCT on the same jobs", None,
           "about 4 minutes per policy"),
     Bench("partitions_bench.py", "partitioned decisions in the simulator vs one worker", None,
