@@ -32,7 +32,7 @@ from venn.fields import Attrs, Demand, Duration, Id, PosDuration, Rounds
 SPEC_MAX_BYTES = 16384
 SPEC_MAX_DEPTH = 8
 """A spec is two levels deep (the mapping and its requirement)."""
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Loader = yaml.SafeLoader  # as yaml.safe_load (libyaml refuses some JSON strings it reads)
 _OPEN = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _CLOSE = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 
@@ -97,13 +97,40 @@ def _check_shape(text: bytes | str) -> None:
             depth -= 1
 
 
+def _depth(value: Any) -> int:
+    """Levels of nesting of decoded JSON (without recursion)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def _load(text: bytes | str) -> Any:
     size = len(text.encode() if isinstance(text, str) else text)
     if size > SPEC_MAX_BYTES:
         raise JobSpecError(400, f"{size} bytes: a job spec has at most {SPEC_MAX_BYTES} bytes")
     try:
+        # JSON, the API's own: no anchors or aliases, and read as JSON readers do (libyaml
+        # refuses some valid JSON strings); anything else is YAML.
+        data = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        pass
+    except RecursionError:
+        raise JobSpecError(
+            400, f"nested too deep: a job spec has at most {SPEC_MAX_DEPTH} levels"
+        ) from None
+    else:
+        if _depth(data) > SPEC_MAX_DEPTH:
+            raise JobSpecError(
+                400, f"nested too deep: a job spec has at most {SPEC_MAX_DEPTH} levels"
+            )
+        return data
+    try:
         _check_shape(text)
-        return yaml.load(text, Loader=_Loader)  # a safe loader (CSafeLoader or SafeLoader)
+        return yaml.load(text, Loader=_Loader)  # the safe loader
     except yaml.YAMLError as exc:
         raise JobSpecError(400, f"not JSON or YAML: {str(exc).splitlines()[0]}") from None
     except JobSpecError:
