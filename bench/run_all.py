@@ -50,6 +50,8 @@ BENCHES = (
           "standby's first assignment", None, "about 5 minutes"),
     Bench("gateway_bound_bench.py", "the gateway's answer bound on a starved machine", None,
           "about 3 minutes"),
+    Bench("gateway_soak.py", "gateway memory over repeated check-in floods: leak or "
+          "high-water", None, "about 3 minutes"),
     Bench("fidelity_bench.py", "pipeline vs simulator average JCT on the same jobs", None,
           "about 4 minutes per policy"),
     Bench("bound_slot_bench.py", "the optimality bound's LP against its slot length", None,

@@ -250,6 +250,18 @@ class TokenRevoked(Event, tag="token_revoked", frozen=True):
     reason: Text
 
 
+class DeviceEnrolled(Event, tag="device_enrolled", frozen=True):
+    """A device id enrolled (`POST /v1/devices`) by the owner of an enrol token. Topic
+    venn.enrolments, key device_id; only gateways write it. The first enrolment of an id
+    holds it: an enrol token of another owner may not enrol it again."""
+
+    device_id: Id
+    owner: Text
+    """The enrol token's subject (`venn token enroll --owner`)."""
+    token_id: EventId
+    """The enrol token's id (its jti)."""
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     DeviceCheckin,
     CheckinBatch,
@@ -266,6 +278,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     TokenRevoked,
     JobHeartbeat,
     JobExpired,
+    DeviceEnrolled,
 )
 
 AnyEvent = (
@@ -284,6 +297,7 @@ AnyEvent = (
     | TokenRevoked
     | JobHeartbeat
     | JobExpired
+    | DeviceEnrolled
 )
 
 ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
@@ -296,6 +310,7 @@ ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
     topics.REPLIES: (CheckinsDeclined,),
     topics.REVOCATIONS: (TokenRevoked,),
     topics.STATUS: (),
+    topics.ENROLMENTS: (DeviceEnrolled,),
 }
 """Which event types each topic may carry (venn.status carries no events: the scheduler's
 snapshots, `venn.core.status.SchedulerStatus`)."""
@@ -345,7 +360,7 @@ def encode(event: Event) -> bytes:
 def key_of(event: Event) -> bytes:
     """Partition key: device_id for check-ins, job_id for job-scoped events, the token id of
     a revocation (the compaction key)."""
-    if isinstance(event, DeviceCheckin):
+    if isinstance(event, DeviceCheckin | DeviceEnrolled):
         return event.device_id.encode()
     if isinstance(event, TokenRevoked):
         return event.token_id.encode()

@@ -23,6 +23,7 @@ from venn.events import (
     CheckinsDeclined,
     DeadLetter,
     DeviceCheckin,
+    DeviceEnrolled,
     DeviceResult,
     Event,
     InvalidEvent,
@@ -117,6 +118,9 @@ SAMPLES[AssignmentBatch] = AssignmentBatch(
 )
 SAMPLES[TokenRevoked] = TokenRevoked(
     event_id="rev1", time=7.0, token_id="0f" * 16, expires_at=1e9, reason="device lost"
+)
+SAMPLES[DeviceEnrolled] = DeviceEnrolled(
+    event_id="enrol1", time=7.5, device_id="d1", owner="fleet a", token_id="0e" * 16
 )
 SAMPLES[JobHeartbeat] = JobHeartbeat(event_id="hb1", time=8.0, job_id="j1")
 SAMPLES[JobExpired] = JobExpired(

@@ -102,8 +102,9 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.REVOCATIONS,
                 topics.STATUS,
                 topics.DEAD_LETTERS,  # the dashboard counts them
+                topics.ENROLMENTS,
             ),
-            write=(topics.CHECKINS, topics.RESULTS, topics.DEAD_LETTERS),
+            write=(topics.CHECKINS, topics.RESULTS, topics.DEAD_LETTERS, topics.ENROLMENTS),
         ),
         # The job API's submissions and cancels (each with a job token the gateway issued
         # for that job alone): the gateway process signs in as this principal for them only

@@ -43,6 +43,12 @@ STATUS = "venn.status"
 """Scheduler -> job API and dashboard: a snapshot of the plan and the supply every few
 seconds (`venn.core.status`). Key "plan"; compacted, so a reader starts from the latest."""
 
+ENROLMENTS = "venn.enrolments"
+"""Gateways to gateways: who enrolled each device id (`DeviceEnrolled`: the owner of the
+enrol token), so that no other enrol token takes an enrolled id over. Key: device_id.
+Every gateway follows it from the beginning; kept for good and not compacted, because the
+first enrolment of an id is the one that counts."""
+
 ALL_TOPICS: tuple[str, ...] = (
     CHECKINS,
     JOBS,
@@ -53,6 +59,7 @@ ALL_TOPICS: tuple[str, ...] = (
     REPLIES,
     REVOCATIONS,
     STATUS,
+    ENROLMENTS,
 )
 
 DEAD_LETTER_OWNER: dict[str, str] = {
@@ -64,13 +71,15 @@ DEAD_LETTER_OWNER: dict[str, str] = {
     REPLIES: "scheduler",
     REVOCATIONS: "scheduler",
     STATUS: "scheduler",
+    ENROLMENTS: "gateway",
 }
 """The one service that dead-letters a malformed record of each topic, so every bad record
 gets exactly one dead letter; every other reader skips it and counts it. The scheduler
 reads every topic here in its consumer group (venn.replies, venn.status and
 venn.revocations only for this), so a record gets its letter once however many gateways,
 SDK clients or recorders read it, and whether the gateway it is addressed to is alive or
-not (issue 26: a bad reply to no live gateway, and a bad status record, got none)."""
+not (issue 26: a bad reply to no live gateway, and a bad status record, got none). Every
+gateway dead-letters a bad enrolment, under the one event id of its position."""
 
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 """The broker stamps each record when it stores it: the time a job event's token is judged
@@ -90,6 +99,7 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     ROUNDS: {**APPEND_TIME, **KEPT},
     REVOCATIONS: COMPACTED,
     STATUS: COMPACTED,
+    ENROLMENTS: {**KEPT, "retention.bytes": "-1"},
 }
 """Topic-level settings given at creation (a changelog's: `topic_config`)."""
 
