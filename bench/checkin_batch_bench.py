@@ -1,5 +1,5 @@
 """Scheduler CPU per check-in of a CheckinBatch, in process: item by item (the path before
-issue 13 item 3) against columnar, and the leased mode's path (issue 13), in the same run.
+issue 13 item 3) against columnar, in the same run.
 
 Both paths start from the same encoded CheckinBatch messages (128 check-ins each, as the
 gateway sends them) and a fresh `SchedulerState` (venn policy) holding the pipeline bench's
@@ -13,14 +13,9 @@ from Faust and Kafka:
 - *columnar*: `venn.checkin_columns.checkin_columns`, `SchedulerState.on_checkin_batch`
   (the core's `Scheduler.checkin_batch`), `encode`; read-back: `own_output` (the bytes it
   sent) and `on_assignment`.
-- *leased*: one leased worker holding all 12 partitions: `checkin_columns`,
-  `LeasedCheckins.on_checkins` on the message's partition, `encode`, the owner's
-  read-back, and then every lease message (grants, reports, offers, answers, recalls)
-  handled by its owner or partition in the order sent, as one Kafka partition delivers
-  them (stage "lease messages"), with what those assign.
 
 Each path also counts table rows written per check-in (each a changelog record in the
-pipeline), lease messages and the deciding core's table compiles.
+pipeline) and the deciding core's table compiles.
 
 The core alone is measured too: `Scheduler.checkin` per check-in against
 `Scheduler.checkin_batch`, on the same slots and tiers. CPU time (process_time), median of
@@ -42,7 +37,6 @@ import sys
 import time
 import uuid
 import zlib
-from collections import deque
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -52,17 +46,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.scheduler.leases import (  # noqa: E402
-    OWNER_KINDS,
-    LeasedCheckins,
-    LeaseOwner,
-    Replica,
-)
 from services.scheduler.state import SchedulerState, uniform_of  # noqa: E402
 from venn import events as ev  # noqa: E402
 from venn.checkin_columns import AttrsCache, checkin_columns  # noqa: E402
 from venn.core import make_scheduler  # noqa: E402
-from venn.core.lease import LeaseRule  # noqa: E402
 from venn.core.model import JobSpec, Requirement  # noqa: E402
 from venn.settings import SchedulerSettings  # noqa: E402
 
@@ -71,9 +58,9 @@ BATCH = 128
 DEMAND = 250
 GOAL_US = 5.0
 PARTITIONS = 12
-PATHS = ("item_by_item", "columnar", "leased")
-STAGES = ("decode", "decide", "encode", "read_back", "lease_messages")
-COUNTS = ("rows_per_checkin", "lease_messages_per_checkin", "compiles_per_checkin")
+PATHS = ("item_by_item", "columnar")
+STAGES = ("decode", "decide", "encode", "read_back")
+COUNTS = ("rows_per_checkin", "compiles_per_checkin")
 
 
 def checkin_messages(n: int, attrs: dict[str, float], prefix: str) -> list[bytes]:
@@ -128,29 +115,17 @@ def partition_of(key: str) -> int:
 
 
 class Worker:
-    """One scheduler worker's state and tables, in the single or the leased mode (then
-    holding every partition, its lease messages delivered in process, in order)."""
+    """One scheduler worker's state and tables."""
 
-    def __init__(self, leased: bool) -> None:
-        self.config = SchedulerSettings(policy="venn", mode="leased" if leased else "single")
-        self.jobs, self.rounds, self.lease = CountingTable(), CountingTable(), CountingTable()
+    def __init__(self) -> None:
+        self.config = SchedulerSettings(policy="venn")
+        self.jobs, self.rounds = CountingTable(), CountingTable()
         self.state = SchedulerState(self.config, self.jobs, self.rounds)
-        self.replica: Replica | None = None
-        if leased:
-            rule = LeaseRule(PARTITIONS)
-            self.replica = Replica(self.config)
-            self.replica.caught_up.set()  # its jobs are applied by hand below
-            self.state.lease_owner = LeaseOwner(rule, self.lease)
-            self.state.leased = LeasedCheckins(self.config, rule, self.replica, self.lease)
-        self.messages: deque[ev.LeaseMessage] = deque()
-        self.lease_messages = 0
         self.state.ensure_loaded(time.time())
 
-    def counts(self) -> tuple[int, int, int]:
-        """Rows written, lease messages handled, table compiles of the deciding core."""
-        core = self.replica.core if self.replica is not None else self.state.core
-        rows = self.jobs.writes + self.rounds.writes + self.lease.writes
-        return rows, self.lease_messages, core.compiles
+    def counts(self) -> tuple[int, int]:
+        """Rows written, table compiles of the core."""
+        return self.jobs.writes + self.rounds.writes, self.state.core.compiles
 
     def open_jobs(self, jobs: int, attr: str) -> None:
         now = time.time()
@@ -165,36 +140,7 @@ class Worker:
                 event_id=f"rr-{job_id}", time=now, job_id=job_id, round_index=0, demand=DEMAND
             )
             self.state.on_job_event(registered, q, now)
-            self.route(self.state.on_job_event(requested, q, now) or [])
-            if self.replica is not None:
-                self.replica.apply(self.jobs[job_id], now)
-        if self.replica is not None:
-            self.deliver(now)
-
-    def route(self, out: list[ev.Event]) -> list[ev.Event]:
-        """Queue the lease messages; returns the other outputs."""
-        rest = []
-        for o in out:
-            if isinstance(o, ev.LeaseMessage):
-                self.messages.append(o)
-            else:
-                rest.append(o)
-        return rest
-
-    def deliver(self, now: float) -> list[ev.Event]:
-        """Handle every queued lease message (and those they cause), in order."""
-        out: list[ev.Event] = []
-        owner, leased = self.state.lease_owner, self.state.leased
-        assert owner is not None and leased is not None
-        while self.messages:
-            m = self.messages.popleft()
-            self.lease_messages += 1
-            if m.kind in OWNER_KINDS:
-                made = owner.on_event(m, partition_of(m.job_id), now)
-            else:
-                made = leased.on_event(m, m.partition, now)
-            out += self.route(made)
-        return out
+            self.state.on_job_event(requested, q, now)
 
 
 def per_item_outputs(state: SchedulerState, batch: ev.CheckinBatch, now: float) -> list[ev.Event]:
@@ -226,9 +172,9 @@ def per_item_outputs(state: SchedulerState, batch: ev.CheckinBatch, now: float) 
 
 
 def run_path(path: str, messages: list[bytes], jobs: int, attr: str) -> dict[str, Any]:
-    """CPU µs per check-in of each stage, rows, lease messages and compiles per check-in,
-    and the assignments made."""
-    worker = Worker(leased=path == "leased")
+    """CPU µs per check-in of each stage, rows and compiles per check-in, and the
+    assignments made."""
+    worker = Worker()
     worker.open_jobs(jobs, attr)
     state = worker.state
     cache = AttrsCache()
@@ -265,11 +211,6 @@ def run_path(path: str, messages: list[bytes], jobs: int, attr: str) -> dict[str
         t1 = clock()
         if path == "columnar":
             out = state.on_checkin_batch(decoded, now)
-        elif path == "leased":
-            assert state.leased is not None
-            # A partition reads its own devices' check-ins (the gateway keys them).
-            q = partition_of(decoded.event_id)
-            out = worker.route(state.leased.on_checkins(decoded, q, now))
         else:
             out = per_item_outputs(state, decoded, now)
         state.recent.add(decoded.event_id)
@@ -279,14 +220,10 @@ def run_path(path: str, messages: list[bytes], jobs: int, attr: str) -> dict[str
         t3 = clock()
         assigned += read_back(out, now)
         t4 = clock()
-        if path == "leased":
-            assigned += read_back(worker.deliver(now), now)
-        t5 = clock()
         spent["decode"] += t1 - t0
         spent["decide"] += t2 - t1
         spent["encode"] += t3 - t2
         spent["read_back"] += t4 - t3
-        spent["lease_messages"] += t5 - t4
     total = sum(spent.values())
     count = len(messages) * BATCH
     after = worker.counts()
@@ -370,10 +307,9 @@ def measure(n: int, repeats: int) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     lines = [
-        "| Workload | Path | decode | decide | encode | read-back | lease messages "
-        "| total µs/check-in | repeats | rows/check-in | lease messages/check-in "
-        "| compiles/check-in | assigned |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Workload | Path | decode | decide | encode | read-back "
+        "| total µs/check-in | repeats | rows/check-in | compiles/check-in | assigned |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     jobs = f"{result['jobs']} jobs x {DEMAND}"
     labels = {"no_job": "no job admits the devices", "assign": f"{jobs}, all eligible"}
@@ -383,10 +319,10 @@ def report(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {label} | {path.replace('_', ' ')} | {us['decode']:.2f} | "
                 f"{us['decide']:.2f} | {us['encode']:.2f} | {us['read_back']:.2f} | "
-                f"{us['lease_messages']:.2f} | **{us['total']:.2f}** | "
+                f"**{us['total']:.2f}** | "
                 f"{', '.join(f'{x:.2f}' for x in r['total_repeats'])} | "
-                f"{r['rows_per_checkin']:.3f} | {r['lease_messages_per_checkin']:.3f} | "
-                f"{r['compiles_per_checkin']:.3f} | {r['assigned']:,} |"
+                f"{r['rows_per_checkin']:.3f} | {r['compiles_per_checkin']:.3f} | "
+                f"{r['assigned']:,} |"
             )
     core = result["core"]
     lines.append("")

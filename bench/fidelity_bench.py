@@ -6,10 +6,9 @@ trace, and prints both average JCTs (trace seconds). Writes docs/results/bench/f
 
     python bench/fidelity_bench.py --jobs 6 --rate 1.0 --arrival-scale 0.01 --speedup 12
 
-`--workers 1,2 --mode leased` runs the pipeline once per worker count in that scheduler mode
-(VENN_SCHEDULER_MODE; default: single for one worker, leased for more); the simulator runs
-once per policy. Rows are keyed policy, or policy/mode/workers when --workers or --mode is
-given; `--out` writes elsewhere (so the single-mode figures are kept).
+`--workers 1,2` runs the pipeline once per worker count (one decider, the others hot
+standbys); the simulator runs once per policy. Rows are keyed policy, or policy/workers
+when --workers is given; `--out` writes elsewhere.
 """
 
 from __future__ import annotations
@@ -50,15 +49,9 @@ def main() -> None:
     ap.add_argument("--speedup", type=float, default=12.0)
     ap.add_argument("--policies", default="random,venn")
     ap.add_argument("--workers", default="", help="scheduler workers, e.g. 1,2 (default 1)")
-    ap.add_argument(
-        "--mode",
-        default="",
-        choices=("", "single", "leased"),
-        help="scheduler mode (default: single for 1 worker, leased for more)",
-    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    keyed = bool(args.workers or args.mode)
+    keyed = bool(args.workers)
     counts = [int(w) for w in args.workers.split(",")] if args.workers else [1]
     rows = {}
     for policy in args.policies.split(","):
@@ -71,16 +64,14 @@ def main() -> None:
                 speedup=args.speedup,
                 arrival_scale=args.arrival_scale,
                 workers=workers,
-                scheduler_mode=args.mode,
             )
             started = time.monotonic()
             result = asyncio.run(run_demo(cfg))
             if sim is None:  # the same jobs, trace and seed for every worker count
                 sim = simulate(result.jobs, policy, args.rate, cfg.trace_seed, cfg.seed or 0)
-            key = f"{policy}/{cfg.mode}/{workers}" if keyed else policy
+            key = f"{policy}/{workers}" if keyed else policy
             rows[key] = {
                 "policy": policy,
-                "mode": result.scheduler_mode,
                 "workers": workers,
                 "pipeline_avg_jct_s": result.avg_jct_s,
                 "pipeline_jobs_finished": result.jobs_finished,

@@ -46,14 +46,14 @@ BENCHES = (
           (), "seconds"),
     Bench("pipeline_bench.py", "raw broker rates, pipeline rate, gateway latency to "
           "saturation (Kafka and Tansu)", None, "about 15 minutes (--quick: a few)"),
-    Bench("workers_bench.py", "check-in -> assignment rate and CPU per check-in by scheduler "
-          "workers", None, "about 6 minutes (--quick: 2)"),
+    Bench("failover_bench.py", "seconds from SIGKILL of the deciding scheduler worker to a "
+          "standby's first assignment", None, "about 5 minutes"),
     Bench("gateway_bound_bench.py", "the gateway's answer bound on a starved machine", None,
           "about 3 minutes"),
+    Bench("gateway_soak.py", "gateway memory over repeated check-in floods: leak or "
+          "high-water", None, "about 3 minutes"),
     Bench("fidelity_bench.py", "pipeline vs simulator average JCT on the same jobs", None,
           "about 4 minutes per policy"),
-    Bench("partitions_bench.py", "partitioned decisions in the simulator vs one worker", None,
-          "tens of minutes"),
     Bench("designs_bench.py", "scale-out designs in the simulator: supply reports (A) and "
           "the leased mode (C) against one worker", None, "about 10 minutes (C: 30 more)"),
     Bench("bound_slot_bench.py", "the optimality bound's LP against its slot length", None,

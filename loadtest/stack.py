@@ -83,10 +83,8 @@ class StackConfig:
     is registered (benchmarks register their own jobs)."""
     profile_dir: Path | None = None
     """Run the scheduler and the gateway under pyinstrument, saving sessions here."""
-    scheduler_mode: str = "single"
-    """VENN_SCHEDULER_MODE: single (one worker owns every partition) or leased."""
     workers: int = 1
-    """Scheduler worker processes (more than one needs the leased mode); the stack is
+    """Scheduler worker processes (one decides, the others are hot standbys); the stack is
     ready once the scheduler's consumer group is stable with all of them."""
     secure: bool = False
     """Secure it as `venn up` does: an auth secret (devices need a token from enrolment) and,
@@ -187,7 +185,6 @@ class LoadStack:
             gateway=GatewaySettings(port=self.gateway_port, wait_s=cfg.wait_s),
             scheduler=SchedulerSettings(
                 policy=cfg.policy,
-                mode=cfg.scheduler_mode,
                 fetch_wait_ms=cfg.scheduler_fetch_wait_ms or 0,
             ),
         )

@@ -41,7 +41,6 @@ from venn.fields import (
     Sha256,
     Size,
     Speed,
-    Tally,
     Text,
     Timestamp,
     Token,
@@ -261,26 +260,6 @@ class DeadLetter(Event, tag="dead_letter", frozen=True):
         return base64.b64decode(self.original)
 
 
-class LeaseMessage(Event, tag="lease_message", frozen=True):
-    """Scheduler workers to one another (topic venn.leases), how check-in partitions
-    share a round's demand (`venn.core.lease`). To a check-in partition (the record's
-    partition): grant (``amount`` = granted total), recall (``amount`` = granted total to
-    give back from), answer (``amount`` = first offer number, ``count`` offers from it,
-    ``accepted``), release (the device's task ended; key: the device id). To the job's
-    owner (key: job id): report (``amount`` = used total, ``released`` = released total),
-    offer (``amount`` = first offer number, ``count`` offers from it)."""
-
-    kind: Literal["grant", "recall", "answer", "release", "report", "offer"]
-    job_id: Id
-    round_index: RoundIndex
-    partition: Partition
-    amount: Tally
-    released: Tally
-    accepted: bool
-    count: Demand
-    device_id: Id | None = None
-
-
 class TokenRevoked(Event, tag="token_revoked", frozen=True):
     """An API token that must no longer be accepted from ``time`` on (the revoker's clock;
     only the admin principal writes venn.revocations). Topic venn.revocations, key
@@ -290,6 +269,18 @@ class TokenRevoked(Event, tag="token_revoked", frozen=True):
     expires_at: Timestamp
     """When the token would have expired anyway."""
     reason: Text
+
+
+class DeviceEnrolled(Event, tag="device_enrolled", frozen=True):
+    """A device id enrolled (`POST /v1/devices`) by the owner of an enrol token. Topic
+    venn.enrolments, key device_id; only gateways write it. The first enrolment of an id
+    holds it: an enrol token of another owner may not enrol it again."""
+
+    device_id: Id
+    owner: Text
+    """The enrol token's subject (`venn token enroll --owner`)."""
+    token_id: EventId
+    """The enrol token's id (its jti)."""
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -308,7 +299,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     TokenRevoked,
     JobHeartbeat,
     JobExpired,
-    LeaseMessage,
+    DeviceEnrolled,
     SupplyReport,
 )
 
@@ -328,7 +319,7 @@ AnyEvent = (
     | TokenRevoked
     | JobHeartbeat
     | JobExpired
-    | LeaseMessage
+    | DeviceEnrolled
     | SupplyReport
 )
 
@@ -342,7 +333,7 @@ ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
     topics.REPLIES: (CheckinsDeclined,),
     topics.REVOCATIONS: (TokenRevoked,),
     topics.STATUS: (),
-    topics.LEASES: (LeaseMessage,),
+    topics.ENROLMENTS: (DeviceEnrolled,),
 }
 """Which event types each topic may carry (venn.status carries no events: the scheduler's
 snapshots, `venn.core.status.SchedulerStatus`)."""
@@ -392,29 +383,16 @@ def encode(event: Event) -> bytes:
 def key_of(event: Event) -> bytes:
     """Partition key: device_id for check-ins, job_id for job-scoped events, the token id of
     a revocation (the compaction key)."""
-    if isinstance(event, DeviceCheckin):
+    if isinstance(event, DeviceCheckin | DeviceEnrolled):
         return event.device_id.encode()
     if isinstance(event, TokenRevoked):
         return event.token_id.encode()
     if isinstance(event, SupplyReport):
         return event.gateway.encode()
-    if isinstance(event, LeaseMessage) and event.kind == "release" and event.device_id:
-        return event.device_id.encode()  # to the partition of the device's check-ins
     job_id = getattr(event, "job_id", None)
     if isinstance(job_id, str):
         return job_id.encode()
     return event.event_id.encode()
-
-
-TO_CHECKIN_PARTITION = frozenset({"grant", "recall", "answer"})
-
-
-def addressed_partition(event: Event) -> int | None:
-    """The partition an event must go to whatever its key (a lease message to one check-in
-    partition); None: the key's partition."""
-    if isinstance(event, LeaseMessage) and event.kind in TO_CHECKIN_PARTITION:
-        return event.partition
-    return None
 
 
 def decode(

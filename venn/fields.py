@@ -42,8 +42,14 @@ BANDWIDTH_MAX = 1e9
 ORIGINAL_PREFIX_MAX = 4096
 """Bytes of a bad message a dead letter keeps (base64-encoded in it), with its size and hash."""
 
-# No control characters, no whitespace: safe as a Kafka key, a URL segment and a varchar.
-_ID_PATTERN = r"^[^\x00-\x20\x7f-\x9f]+$"
+# No control characters, no whitespace, nothing invisible or direction-changing (Unicode
+# format controls: U+202E shows "abc" as "cba" on a dashboard or a terminal): safe as a
+# Kafka key, a URL segment, a varchar and a name shown to an operator.
+_INVISIBLE = (
+    r"\u00a0\u00ad\u061c\u115f\u1160\u1680\u180e\u2000-\u200f\u2028-\u202f"
+    r"\u205f-\u206f\u3000\u3164\ufeff\uffa0\ufff9-\ufffb"
+)
+_ID_PATTERN = rf"^[^\x00-\x20\x7f-\x9f{_INVISIBLE}]+$"
 # Free text: no control characters (Postgres text refuses NUL; logs and terminals the rest).
 _TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
 _ATTR_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]*$"
@@ -60,19 +66,29 @@ AttrName = Annotated[
 ]
 Measure = Annotated[float, msgspec.Meta(ge=-MEASURE_MAX, le=MEASURE_MAX)]
 Attrs = Annotated[dict[AttrName, Measure], msgspec.Meta(max_length=ATTRS_MAX)]
+DeviceAttrs = Annotated[
+    dict[AttrName, Annotated[float, msgspec.Meta(ge=0, le=MEASURE_MAX)]],
+    msgspec.Meta(max_length=ATTRS_MAX),
+]
+"""What a device reports of itself (RAM, cores, battery, ...): a quantity, never negative."""
 Demand = Annotated[int, msgspec.Meta(ge=1, le=DEMAND_MAX)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=DEMAND_MAX)]
 """Devices counted in one round (assigned, results)."""
 Rounds = Annotated[int, msgspec.Meta(ge=1, le=ROUNDS_MAX)]
 RoundCount = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
 RoundIndex = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
-Tally = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
-"""A cumulative count of a lease (granted, used, released units; offers made)."""
+SignedIndex = Annotated[int, msgspec.Meta(ge=-1, le=INDEX_MAX)]
+"""A round index or label where -1 means none yet."""
+Total = Annotated[int, msgspec.Meta(ge=0, le=ROUNDS_MAX * DEMAND_MAX)]
+"""Devices over a job's life (every round's demand at most)."""
 Offset = Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)]
 Partition = Annotated[int, msgspec.Meta(ge=-1, le=INDEX_MAX)]
 Size = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Timestamp = Annotated[float, msgspec.Meta(ge=0, le=TIME_MAX)]
 Duration = Annotated[float, msgspec.Meta(ge=0, le=DURATION_MAX)]
+Delay = Annotated[float, msgspec.Meta(ge=-DURATION_MAX, le=DURATION_MAX)]
+"""Seconds between two clock readings (two hosts' clocks may disagree: signed)."""
+Ratio = Annotated[float, msgspec.Meta(ge=0, le=1)]
 PosDuration = Annotated[float, msgspec.Meta(gt=0, le=DURATION_MAX)]
 Speed = Annotated[float, msgspec.Meta(ge=0, le=SPEED_MAX)]
 Bandwidth = Annotated[float, msgspec.Meta(ge=0, le=BANDWIDTH_MAX)]

@@ -11,7 +11,11 @@ JSON or YAML (YAML is a superset of JSON), one mapping:
     submit_token: 7f3a...     # optional: the same token again is the same submission
 
 The bounds are the events' own (`venn.fields`), so a spec that parses here is a valid
-JobRegistered.
+JobRegistered. The document itself is bounded before anything is built from it (issue 26,
+item 4: a 427-byte alias bomb froze the gateway for 15 s): at most `SPEC_MAX_BYTES`, no
+anchors or aliases (a spec never needs them, and they are what makes a few hundred bytes
+expand to a billion nodes), at most `SPEC_MAX_DEPTH` levels of nesting. Reading one then
+takes time linear in its few kilobytes.
 """
 
 from __future__ import annotations
@@ -24,6 +28,13 @@ import msgspec
 import yaml
 
 from venn.fields import Attrs, Demand, Duration, Id, PosDuration, Rounds
+
+SPEC_MAX_BYTES = 16384
+SPEC_MAX_DEPTH = 8
+"""A spec is two levels deep (the mapping and its requirement)."""
+_Loader = yaml.SafeLoader  # as yaml.safe_load (libyaml refuses some JSON strings it reads)
+_OPEN = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_CLOSE = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 
 
 class JobSpecError(ValueError):
@@ -67,14 +78,72 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def parse_job_spec(text: bytes | str) -> JobSubmission:
-    """The submission in ``text`` (JSON or YAML); JobSpecError otherwise."""
+def _check_shape(text: bytes | str) -> None:
+    """JobSpecError for anchors, aliases or nesting past SPEC_MAX_DEPTH, found on the
+    parser's event stream, before any node is composed or constructed."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise JobSpecError(
+                400, "YAML anchors and aliases (&name, *name) are refused in a job spec"
+            )
+        if isinstance(event, _OPEN):
+            depth += 1
+            if depth > SPEC_MAX_DEPTH:
+                raise JobSpecError(
+                    400, f"nested too deep: a job spec has at most {SPEC_MAX_DEPTH} levels"
+                )
+        elif isinstance(event, _CLOSE):
+            depth -= 1
+
+
+def _depth(value: Any) -> int:
+    """Levels of nesting of decoded JSON (without recursion)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _load(text: bytes | str) -> Any:
+    size = len(text.encode() if isinstance(text, str) else text)
+    if size > SPEC_MAX_BYTES:
+        raise JobSpecError(400, f"{size} bytes: a job spec has at most {SPEC_MAX_BYTES} bytes")
     try:
-        data = yaml.safe_load(text)
+        # JSON, the API's own: no anchors or aliases, and read as JSON readers do (libyaml
+        # refuses some valid JSON strings); anything else is YAML.
+        data = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        pass
+    except RecursionError:
+        raise JobSpecError(
+            400, f"nested too deep: a job spec has at most {SPEC_MAX_DEPTH} levels"
+        ) from None
+    else:
+        if _depth(data) > SPEC_MAX_DEPTH:
+            raise JobSpecError(
+                400, f"nested too deep: a job spec has at most {SPEC_MAX_DEPTH} levels"
+            )
+        return data
+    try:
+        _check_shape(text)
+        return yaml.load(text, Loader=_Loader)  # the safe loader
     except yaml.YAMLError as exc:
         raise JobSpecError(400, f"not JSON or YAML: {str(exc).splitlines()[0]}") from None
-    except (RecursionError, UnicodeDecodeError) as exc:
+    except JobSpecError:
+        raise
+    except (RecursionError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+        # ValueError: an integer of more digits than Python converts (sys.int_info)
         raise JobSpecError(400, f"not JSON or YAML: {exc}") from None
+
+
+def parse_job_spec(text: bytes | str) -> JobSubmission:
+    """The submission in ``text`` (JSON or YAML); JobSpecError otherwise. Bounded in time
+    by the document's bounds; still, a server runs it off its event loop."""
+    data = _load(text)
     if not isinstance(data, dict):
         raise JobSpecError(400, "a job spec is a mapping (requirement, demand, rounds, ...)")
     data = _clean(data)

@@ -129,12 +129,11 @@ class GatewaySettings:
             raise ValueError("VENN_SUPPLY_REPORT_S must be > 0")
 
 
-SCHEDULER_MODES = ("single", "leased")
-
-
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
-    """The scheduler (`services/scheduler`): the Faust app that decides every check-in."""
+    """The scheduler (`services/scheduler`): the Faust app that decides every check-in. Its
+    workers form one consumer group: one decides, the others are hot standbys
+    (`services.scheduler.decider`)."""
 
     policy: str = setting(
         "VENN_POLICY",
@@ -143,13 +142,6 @@ class SchedulerSettings:
         "venn-match.",
     )
     seed: int = setting("VENN_SEED", 0, "Seed of the scheduler's deterministic random draws.")
-    mode: str = setting(
-        "VENN_SCHEDULER_MODE",
-        "single",
-        "single: one scheduler worker owns every partition; leased: any number of workers "
-        "share the check-in partitions, each deciding with lease quota (being replaced; "
-        "docs/workers.md).",
-    )
     web_port: int = setting(
         "VENN_SCHEDULER_WEB_PORT",
         0,
@@ -181,25 +173,19 @@ class SchedulerSettings:
     dedupe_window: int = setting(
         "VENN_DEDUPE_WINDOW", 100000, "Recent event ids a scheduler worker remembers for dedupe."
     )
+    session_timeout_ms: int = setting(
+        "VENN_SCHEDULER_SESSION_TIMEOUT_MS",
+        0,
+        "Consumer-group session of the scheduler workers: how long after the deciding worker "
+        "died a standby takes over; 0: the broker's profile (3 s on Kafka, whose "
+        "group.min.session.timeout.ms must allow it; 6 s on Tansu).",
+    )
     fetch_wait_ms: int = setting(
         "VENN_SCHEDULER_FETCH_WAIT_MS",
         0,
         "Longest a scheduler fetch waits for data; 0: the broker's profile (10 ms on Tansu, "
         "where all of it is latency; 500 ms on Kafka).",
     )
-
-    def __post_init__(self) -> None:
-        if self.mode not in SCHEDULER_MODES:
-            raise ValueError(
-                f"VENN_SCHEDULER_MODE must be one of {', '.join(SCHEDULER_MODES)}, "
-                f"not {self.mode!r}"
-            )
-
-    @property
-    def leased(self) -> bool:
-        """Any number of workers share the partitions with leases
-        (``services.scheduler.leases``); False: one worker owns every partition."""
-        return self.mode == "leased"
 
     def task_url(self, job_id: str, round_index: int) -> str:
         return f"{self.task_url_base.rstrip('/')}/jobs/{job_id}/rounds/{round_index}/task"
@@ -533,6 +519,10 @@ class Settings:
         return self.scheduler.fetch_wait_ms or self.tuning.fetch_wait_ms
 
     @property
+    def scheduler_session_timeout(self) -> int:
+        return self.scheduler.session_timeout_ms or self.tuning.decider_session_timeout_ms
+
+    @property
     def gateway_fetch_wait(self) -> int:
         return self.gateway.fetch_wait_ms or self.tuning.fetch_wait_ms
 
@@ -614,6 +604,17 @@ def run_dir_secret(run_dir: str | Path, create: bool = False) -> str:
     secret = secrets.token_urlsafe(48)
     _write_secrets(run_dir, {**found, "auth_secret": secret})
     return secret
+
+
+def run_dir_database_password(run_dir: str | Path) -> str:
+    """The password of the run dir's embedded PostgreSQL (made on first use)."""
+    found = _read_secrets(run_dir)
+    password = found.get("database_password")
+    if isinstance(password, str) and password:
+        return password
+    password = secrets.token_urlsafe(24)
+    _write_secrets(run_dir, {**found, "database_password": password})
+    return password
 
 
 def run_dir_kafka_users(

@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from venn import events as ev
 from venn.broker import topics
+from venn.broker.faust_adapter import refresh_metadata
 from venn.broker.stream import Check, Unusable, record_of
 from venn.core.lifecycle import JobBook, JobLife
 
@@ -75,7 +76,7 @@ async def _read(
 
 
 async def _partitions(consumer: AIOKafkaConsumer, names: Iterable[str]) -> list[TopicPartition]:
-    await consumer._client.force_metadata_update()
+    await refresh_metadata(consumer)
     return [
         TopicPartition(name, p)
         for name in names

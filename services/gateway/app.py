@@ -135,6 +135,8 @@ class GatewayStats:
     broker_down: int = 0
     refused_results: int = 0
     """Results from a device the round did not assign (403)."""
+    refused_enrolments: int = 0
+    """Enrolments of a device id another enrol token's owner holds (409)."""
     unauthorized: int = 0
     """Requests without a valid token (401) or with one that does not allow them (403)."""
     enrolled: int = 0
@@ -195,6 +197,9 @@ class Gateway:
         that writes venn.jobs: from VENN_KAFKA_PASSWORD_JOBS or the run dir's users. None
         where Kafka has no SASL (the gateway's producer writes them), or where this gateway
         serves devices only (its job API then refuses submissions and cancels: 503)."""
+        self.enrolments: dict[str, str] = {}
+        """Device id -> the owner (enrol token subject) of its first enrolment, from
+        venn.enrolments: another owner's enrol token may not take the id over."""
         self.assigned: OrderedDict[tuple[str, int, str], float] = OrderedDict()
         """(job, round, device) of recent assignments: only those devices may upload a
         result for that round."""
@@ -215,6 +220,7 @@ class Gateway:
                 topics.ROUNDS,
                 topics.REPLIES,
                 topics.REVOCATIONS,
+                topics.ENROLMENTS,
             ),
         )
         client = f"venn-gateway-{os.getpid()}"
@@ -268,7 +274,7 @@ class Gateway:
             await self.consumer.start()
             follow = [
                 TopicPartition(t, p)
-                for t in (topics.JOBS, topics.ROUNDS, topics.REVOCATIONS)
+                for t in (topics.JOBS, topics.ROUNDS, topics.REVOCATIONS, topics.ENROLMENTS)
                 for p in range(counts[t])
             ]
             answers = [TopicPartition(t, p) for t in _ANSWERS for p in range(counts[t])]
@@ -356,13 +362,18 @@ class Gateway:
 
     # -- the assignments/jobs/rounds consumer ------------------------------------------
     def _owns(self, record: Record) -> bool:
-        """Replies are the gateway's to dead-letter, each by the gateway it is addressed
-        to; everything else read here has another owner."""
-        return _GATEWAY_OWNS(record) and record.key == self.id.encode()
+        """Enrolments are every gateway's to dead-letter (a dead letter's id is its record's
+        position, so the copies are one); the scheduler writes one letter per bad record of
+        everything else read here (topics.DEAD_LETTER_OWNER)."""
+        if record.topic == topics.ENROLMENTS:
+            return True
+        return _GATEWAY_OWNS(record)
 
     def _apply(self, event: ev.Event) -> None:
         if isinstance(event, ev.CheckinsDeclined):
             self._on_declined(event)
+        elif isinstance(event, ev.DeviceEnrolled):
+            self.enrolments.setdefault(event.device_id, event.owner)  # the first one holds
         elif isinstance(event, ev.TokenRevoked):
             if self.tokens is not None:
                 self.tokens.revocations.revoke(event.token_id, event.time)
@@ -535,9 +546,11 @@ class Gateway:
             try:
                 delivery = self.batcher.submit(event)
             except BatcherBusy as exc:
-                self.stats.kafka_errors += 1
+                # The broker is up but slower than the check-ins arrive: shed load, as for
+                # too many in flight (issue 26, item 10: this was "broker_unavailable").
+                self.stats.overloaded += 1
                 log.debug("check-in %s not queued: %r", cid, exc)
-                return self.busy("broker_unavailable")
+                return self.busy("overloaded")
             delivery.add_done_callback(lambda d: self._fail_pending(cid, d))
             # A timer that resolves the future with None at the deadline: cheaper than
             # asyncio.wait/wait_for on the hot path.
@@ -617,6 +630,41 @@ class Gateway:
         self.stats.results += 1
         return 202, {"accepted": True, "event_id": event.event_id}
 
+    async def enrol(self, device_id: str, claims: Claims, deadline: float) -> str:
+        """The owner holding ``device_id`` once this enrolment is recorded: the caller's
+        (the enrol token's subject) when the id was free or is theirs already, else the
+        owner of its first enrolment. RequestError 429 while venn.enrolments is not read
+        to its end yet or the broker does not take the record. Two gateways enrolling one
+        id at once both write; the first record in the log holds it, for every reader."""
+        assert self.producer is not None
+        loop = asyncio.get_running_loop()
+        while not self.view_ready:
+            if loop.time() >= deadline:
+                raise RequestError(429, "view_not_ready", "enrolments are being read; retry")
+            await asyncio.sleep(0.05)
+        holder = self.enrolments.get(device_id)
+        if holder is not None:
+            return holder
+        event = ev.DeviceEnrolled(
+            event_id=f"enrol:{uuid.uuid4().hex}",
+            time=time.time(),
+            device_id=device_id,
+            owner=ev.clean_text(claims.subject),
+            token_id=claims.token_id,
+        )
+        try:
+            async with asyncio.timeout_at(deadline):
+                await KafkaEvents(self.producer).publish(topics.ENROLMENTS, event)
+                while device_id not in self.enrolments:
+                    await asyncio.sleep(0.01)
+        except Exception as exc:
+            self.stats.kafka_errors += 1
+            log.debug("enrolment of %s not recorded: %r", device_id, exc)
+            raise RequestError(
+                429, "broker_unavailable", "the enrolment was not recorded; retry"
+            ) from None
+        return self.enrolments[device_id]
+
     def gauges(self) -> dict[str, float]:
         return {
             "inflight": self.inflight,
@@ -688,6 +736,32 @@ async def _read_body(request: web.Request, config: GatewaySettings, deadline: fl
 
 
 @web.middleware
+async def _uncompressed(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """415 for a body with a Content-Encoding: the server runs with aiohttp's decompression
+    off (`SERVER_OPTIONS`), so such a body would reach a handler as compressed bytes, and a
+    1.6 KB brotli body expands to 1 GB (issue 26, item 3). Refused before it is read."""
+    codings = [
+        c.strip().lower()
+        for value in request.headers.getall("Content-Encoding", ())
+        for c in value.split(",")
+    ]
+    compressed = [c for c in codings if c not in ("", "identity")]
+    if not compressed:
+        return await handler(request)
+    response = _json(
+        {
+            "error": "unsupported_encoding",
+            "detail": f"request bodies are never decompressed here (Content-Encoding: "
+            f"{', '.join(compressed)}): send the body uncompressed",
+        },
+        415,
+    )
+    response.headers["Accept-Encoding"] = "identity"  # RFC 7694
+    response.force_close()  # the unread body is not drained either
+    return response
+
+
+@web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """JSON bodies for aiohttp's own 4xx; an unexpected failure is a 429, never a 5xx."""
     try:
@@ -713,9 +787,16 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _answer(status, payload)
 
 
+SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
+"""How the gateway's app must be served (`web.AppRunner(app, **SERVER_OPTIONS)`): aiohttp's
+parser would otherwise decompress a request body on the event loop as it arrives, before
+any handler or limit sees it (a brotli body has no bound there)."""
+
+
 def create_app(settings: Settings | None = None) -> web.Application:
     """The aiohttp application (settings: default from the environment, with the gateway's
-    Kafka principal); its startup connects to Kafka, its cleanup disconnects."""
+    Kafka principal); its startup connects to Kafka, its cleanup disconnects. Serve it with
+    `SERVER_OPTIONS`."""
     gw = Gateway((settings or Settings.from_env()).for_role("gateway"))
     config = gw.config
     registry = CollectorRegistry()
@@ -739,7 +820,9 @@ def create_app(settings: Settings | None = None) -> web.Application:
         latency.labels(path, str(response.status)).observe(loop.time() - arrived)
         return response
 
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[timed, _errors])
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[timed, _uncompressed, _errors]
+    )
     app[GATEWAY] = gw
     spec = _encode(openapi_document(gw.settings))
 
@@ -816,7 +899,7 @@ def create_app(settings: Settings | None = None) -> web.Application:
                 404,
             )
         try:
-            gw.tokens.check(bearer(request.headers.get("Authorization")), "enroll")
+            claims = gw.tokens.check(bearer(request.headers.get("Authorization")), "enroll")
             body = await _read_body(request, config, deadline)
             req = decode_enrollment(body or b"{}")
         except RequestError as exc:
@@ -825,6 +908,21 @@ def create_app(settings: Settings | None = None) -> web.Application:
         except AuthError as exc:
             return _refused(gw, exc)
         device_id = req.device_id or f"dev-{uuid.uuid4().hex}"
+        try:
+            holder = await gw.enrol(device_id, claims, deadline)
+        except RequestError as exc:
+            return _json(exc.body(), exc.status, config.busy_retry_after_s)
+        if holder != ev.clean_text(claims.subject) and claims.kind != "admin":
+            # Issue 26, item 10: any enrol token could take over an enrolled device's id.
+            gw.stats.refused_enrolments += 1
+            return _json(
+                {
+                    "error": "device_exists",
+                    "detail": f"device {device_id!r} was enrolled by another enrol token's "
+                    "owner; an operator (admin token) may enrol it again",
+                },
+                409,
+            )
         ttl = gw.settings.device_token_ttl_s
         token = gw.tokens.issue("device", device_id, ttl_s=ttl)
         gw.stats.enrolled += 1
@@ -867,6 +965,7 @@ class GatewayServer:
             # aiohttp closes a connection still waiting for a request's headers when this
             # expires (it is armed at connect): the header timeout, and the keep-alive idle.
             keepalive_timeout=self.config.idle_timeout_s,
+            **SERVER_OPTIONS,
         )
         await self.runner.setup()
         site = web.TCPSite(

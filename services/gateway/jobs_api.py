@@ -26,6 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -54,6 +55,9 @@ COORDINATOR_NOTE = (
     "registered for an external coordinator: it runs the rounds with this job token "
     "(venn.sdk.VennClient: request_round, close_round, finish_job)"
 )
+SPEC_READERS = 2
+"""Job specs read at once, each in a thread of the job API's own (a flood of specs waits
+for none of the device paths, and cannot take the loop's default executor)."""
 _encode = msgspec.json.Encoder().encode
 
 
@@ -75,6 +79,8 @@ class JobsApi:
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
         self.feed = StatusFeed(gw.settings)
+        self.readers = ThreadPoolExecutor(SPEC_READERS, thread_name_prefix="venn-jobspec")
+        self.reading = 0
 
     # -- auth --------------------------------------------------------------------------
     def _claims(self, request: web.Request, *kinds: Kind) -> Claims | None:
@@ -142,13 +148,29 @@ class JobsApi:
             return spec.resolved_job_id(prefix=prefixes[0])
         return spec.resolved_job_id()
 
-    async def submit(self, request: web.Request, body: bytes) -> web.Response:
-        claims = self._claims(request, "job")
+    async def read_spec(self, body: bytes) -> JobSubmission:
+        """The spec in ``body``, read in a thread (`venn.jobspec` bounds the document, so
+        that ends soon; the loop never runs it); 429 while SPEC_READERS are busy."""
+        if self.reading >= SPEC_READERS:
+            raise ApiError(429, "busy", "too many job specs being read at once; retry")
+        self.reading += 1
+        read = asyncio.get_running_loop().run_in_executor(self.readers, parse_job_spec, body)
+
+        def done(_: object) -> None:
+            self.reading -= 1
+
+        read.add_done_callback(done)
         try:
-            spec = parse_job_spec(body)
+            async with asyncio.timeout(self.gw.config.wait_s):
+                return await asyncio.shield(read)  # the thread runs on; `done` counts it
         except JobSpecError as exc:
             error = "malformed_spec" if exc.status == 400 else "invalid_request"
             raise ApiError(exc.status, error, exc.detail) from None
+        except TimeoutError:
+            raise ApiError(429, "busy", "the job spec was not read in time; retry") from None
+
+    async def submit(self, claims: Claims | None, body: bytes) -> web.Response:
+        spec = await self.read_spec(body)
         job_id = self._job_id_for(spec, claims)
         if claims is not None:
             claims.require_job(job_id)
@@ -223,6 +245,7 @@ def register(app: web.Application, gw: Gateway) -> JobsApi:
         await api.feed.start()
         yield
         await api.feed.stop()
+        api.readers.shutdown(wait=False, cancel_futures=True)
 
     app.cleanup_ctx.append(feed)
 
@@ -255,7 +278,10 @@ def register(app: web.Application, gw: Gateway) -> JobsApi:
 
     async def submit(request: web.Request) -> web.Response:
         async def run() -> web.Response:
-            return await api.submit(request, await read_body(request))
+            # The token first (signature, expiry, revocation, kind): no body is read or
+            # parsed for a caller who may not submit; its scope needs the spec's job id.
+            claims = api._claims(request, "job")
+            return await api.submit(claims, await read_body(request))
 
         return await answer(run)
 

@@ -6,7 +6,7 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
-from venn.fields import INDEX_MAX, Attrs, Bandwidth, Duration, Id, Speed, Text
+from venn.fields import INDEX_MAX, Bandwidth, DeviceAttrs, Duration, Id, Speed, Text
 
 # JSON Schema's "integer" includes 7.0 (a JSON number with a zero fraction), and some device
 # SDKs send that: read a number, accept it when it is integral (checked in __post_init__).
@@ -19,7 +19,7 @@ class CheckinRequest(msgspec.Struct, frozen=True):
     """`POST /v1/checkin`. Unknown top-level fields are ignored (newer device SDKs)."""
 
     device_id: Id
-    attrs: Attrs
+    attrs: DeviceAttrs
     speed_ms_per_sample: Speed
     bandwidth_kbps: Bandwidth
 

@@ -193,7 +193,15 @@ def _document(config: GatewaySettings) -> Json:
                         "413": _error(
                             f"The body exceeds {config.max_body_bytes} bytes (`too_large`)."
                         ),
+                        "409": _error(
+                            "The device_id was enrolled by another enrol token's owner "
+                            "(`device_exists`); an admin token may enrol it again."
+                        ),
                         "422": _error("A device_id out of range (`invalid_request`)."),
+                        "429": _error(
+                            "The gateway's view of enrolments is catching up, or the broker did "
+                            "not take the enrolment (`view_not_ready`, `broker_unavailable`)."
+                        ),
                     },
                 }
             },

@@ -1,16 +1,16 @@
 """The gateway's copy of the scheduler's latest status snapshot: follows venn.status (a
 compacted topic, read from its beginning with a group-less consumer) and keeps the newest
-`SchedulerStatus` it decodes. A record that is not a snapshot is skipped and counted."""
+`SchedulerStatus` it decodes. A record that is not a snapshot is skipped and counted, never
+the end of the feed."""
 
 from __future__ import annotations
 
 import time
 
-import msgspec
-
 from venn.broker import topics
 from venn.broker.follow import TopicFollower
 from venn.core.status import SchedulerStatus, decode_status
+from venn.events import InvalidEvent
 from venn.settings import Settings
 
 MAX_SKEW_S = 30.0
@@ -34,7 +34,10 @@ class StatusFeed(TopicFollower):
             return
         try:
             status = decode_status(raw)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except InvalidEvent:
+            # Skipped and counted; the scheduler, which writes venn.status, dead-letters it
+            # (topics.DEAD_LETTER_OWNER): it reads it in a consumer group, so one letter
+            # however many gateways read the record and however often they restart.
             self.bad_records += 1
             return
         if status.time > (time.time() if now is None else now) + MAX_SKEW_S:

@@ -16,17 +16,12 @@ In a batch with bad items, each bad item gets its own dead letter and the rest i
 The hot path carries batches because Faust's cost is per Kafka message (about 200-400 µs
 of consumer, stream and commit work each on these machines), not per byte.
 
-Scale: with one worker, the worker owns every partition and the core's invariants hold
-(one device never holds two assignments, a round never exceeds its demand). With 2+
-workers each would run its own core on its check-in partitions and see only the jobs of
-its job partitions, so a check-in would only reach the jobs its worker owns, and two
-workers could both fill a job's round if jobs were visible to both. Keeping the
-invariants with N workers needs an offer/accept step: check-in workers decide from a
-replicated view of the plan (a GlobalTable or a compacted plan topic published by the job
-owners) and send offers keyed by job_id; the worker owning the job's partition accepts at
-most the remaining demand (here: `SchedulerState.on_assignment` is already that place)
-and only accepted offers become assignments; a device's single active assignment is
-checked on the device's partition. Not implemented: run one worker.
+Workers: one decides, any others are hot standbys. `OneDeciderAssignor`
+(venn.broker.faust_adapter) gives every partition to one member of the group, so one core
+sees every check-in and every job (the invariants hold as with one worker), and makes the
+others standbys of the tables' changelogs; when the decider dies its session expires
+(`Settings.scheduler_session_timeout`), the group rebalances and a standby becomes the
+decider, restores the tables and resumes from the committed offsets.
 """
 
 from __future__ import annotations
@@ -44,16 +39,26 @@ import msgspec
 from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.scheduler import leases, metrics
+from services.scheduler import metrics
+from services.scheduler.letters import WrittenLetters
 from services.scheduler.stall import StallWatch
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
-from services.scheduler.transport import OutputProducer, SchedulerApp, TrackedTable
+from services.scheduler.tables import RowTable
 from venn import events as ev
 from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
-from venn.broker.faust_offsets import LedgerConsumer, account, records, restore_progress
+from venn.broker.faust_adapter import (
+    STANDBY_MEMORY_STORE,
+    LedgerConsumer,
+    OffsetsApp,
+    OneDeciderAssignor,
+    account,
+    records,
+    restore_progress,
+    send_output,
+)
 from venn.broker.health import BrokerWatch
 from venn.broker.ledger import OffsetLedger, Outcome
 from venn.broker.process import free_port
@@ -69,7 +74,7 @@ from venn.broker.stream import (
     owned_by,
 )
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
-from venn.core.lease import LeaseRule
+from venn.core.status import decode_status
 from venn.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -108,25 +113,28 @@ def create_app(settings: Settings | None = None) -> faust.App:
     web_port = config.web_port or free_port(config.web_host)
     quiet_logs()
     tuning = settings.tuning
-    app = SchedulerApp(
+    app = OffsetsApp(
         settings.app_id,
         fetch_wait_ms=settings.scheduler_fetch_wait,
         broker=f"kafka://{settings.broker}",
-        store="memory://",
+        store=STANDBY_MEMORY_STORE,
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=1,
         topic_disable_leader=True,  # the leader topic would be auto-created with 4 partitions
-        table_standby_replicas=0,
+        # Standbys keep the tables filled from the changelogs (OneDeciderAssignor).
+        PartitionAssignor=OneDeciderAssignor,
+        table_standby_replicas=1,
         consumer_auto_offset_reset="earliest",
         producer_acks=tuning.faust_acks,
         producer_max_batch_size=tuning.faust_producer_max_batch_size,
         producer_linger=tuning.faust_producer_linger_s,
-        broker_session_timeout=tuning.session_timeout_ms / 1000,
+        broker_session_timeout=settings.scheduler_session_timeout / 1000,
         broker_rebalance_timeout=tuning.rebalance_timeout_ms / 1000,
         broker_heartbeat_interval=tuning.heartbeat_interval_ms / 1000,
         web_bind=config.web_host,
         broker_credentials=faust_credentials(settings),
         web_port=web_port,
+        output_errors=lambda topic, kind: metrics.OUTPUT_ERRORS.labels(topic, kind).inc(),
         ledger=OffsetLedger(
             observe=lambda topic, p, outcome: metrics.OFFSETS.labels(topic, str(p), outcome).inc()
         ),
@@ -134,13 +142,17 @@ def create_app(settings: Settings | None = None) -> faust.App:
         datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data-{web_port}"),
     )
     partitions = settings.topic_partitions
-    jobs_table = app.Table("jobs", key_type=str, partitions=partitions)
-    rounds_table = app.Table("round", key_type=str, partitions=partitions)
+    jobs_table, rounds_table = (
+        RowTable(app, name=name, key_type=str, partitions=partitions, beacon=app.tables.beacon)
+        for name in ("jobs", "round")
+    )
+    app.tables.add(jobs_table)
+    app.tables.add(rounds_table)
 
     def raw_topic(name: str) -> faust.TopicT:
         return app.topic(name, key_serializer="raw", value_serializer="raw")
 
-    jobs_in, rounds_in, results_in, checkins_in, assignments, revocations_in = (
+    jobs_in, rounds_in, results_in, checkins_in, assignments = (
         raw_topic(name)
         for name in (
             topics.JOBS,
@@ -148,7 +160,6 @@ def create_app(settings: Settings | None = None) -> faust.App:
             topics.RESULTS,
             topics.CHECKINS,
             topics.ASSIGNMENTS,
-            topics.REVOCATIONS,
         )
     )
     owned: set[int] = set()
@@ -158,60 +169,27 @@ def create_app(settings: Settings | None = None) -> faust.App:
 
     state = SchedulerState(config, jobs_table, rounds_table, owned_partitions)
     app.scheduler_state = state  # type: ignore[attr-defined]
-    replica: leases.Replica | None = None
-    lease_table: TrackedTable | None = None
-    if config.leased:
-        lease_table = TrackedTable(
-            app, name=leases.TABLE, key_type=str, partitions=partitions, beacon=app.tables.beacon
-        )
-        app.tables.add(lease_table)
-        rule = LeaseRule(partitions)
-        replica = leases.Replica(config)
-        state.lease_owner = leases.LeaseOwner(rule, lease_table)
-        state.leased = leases.LeasedCheckins(config, rule, replica, lease_table)
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         now_owned = owned_partitions()
-        if not config.leased and len(now_owned) < partitions:
-            # Another worker holds the rest: each would fill rounds on its own.
-            log.error(
-                "single mode, but this worker holds %d of %d partitions: run one worker, or "
-                "VENN_SCHEDULER_MODE=leased for several",
-                len(now_owned),
-                partitions,
-            )
+        deciding = len(now_owned) == partitions
+        metrics.DECIDING.set(1 if deciding else 0)
+        log.info("%s", "deciding" if deciding else "standby")
         if now_owned != owned:
             owned.clear()
             owned.update(now_owned)
             state.invalidate()
 
-    def send(
-        topic: str,
-        key: bytes,
-        value: bytes,
-        partition: int | None = None,
-        after: list[Any] | None = None,
-    ) -> None:
-        # Buffered, not awaited: Faust flushes the producer before committing offsets, so
-        # this stays at-least-once without a round trip per event (see transport.py).
-        producer = app.producer
-        assert isinstance(producer, OutputProducer)
-        producer.send_output(topic, key, value, partition, after)
+    def send(topic: str, key: bytes, value: bytes) -> None:
+        send_output(app, topic, key, value)
 
-    def publish(out: ev.Event, after: list[Any] | None = None) -> None:
-        """``after``: the table rows that must be stored before ``out`` is sent (the
-        leased mode's rows, leases.py)."""
+    def publish(out: ev.Event) -> None:
         if isinstance(out, ev.CheckinsDeclined):
-            send(topics.REPLIES, out.reply_to.encode(), ev.encode(out), after=after)
-            return
-        if isinstance(out, ev.LeaseMessage):
-            key, value = message(topics.LEASES, out)
-            send(topics.LEASES, key, value, ev.addressed_partition(out), after)
-            metrics.LEASE_MESSAGES.labels(out.kind).inc()
+            send(topics.REPLIES, out.reply_to.encode(), ev.encode(out))
             return
         key, value = message(topics.ASSIGNMENTS, out)
-        send(topics.ASSIGNMENTS, key, value, after=after)
+        send(topics.ASSIGNMENTS, key, value)
         if isinstance(out, ev.AssignmentBatch):
             state.sent_output(out, value)
             metrics.ASSIGNMENTS.inc(len(out.assignments))
@@ -221,6 +199,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
     # The dead-letter policy is venn.broker.stream's (`judge`); only the sending is ours,
     # buffered like every output.
     owns = owned_by("scheduler")
+    written = WrittenLetters(partitions)
     stream_stats = StreamStats()
     app.stream_stats = stream_stats  # type: ignore[attr-defined]
 
@@ -246,6 +225,9 @@ def create_app(settings: Settings | None = None) -> faust.App:
         )
         if item >= 0:  # one bad check-in of a batch: its own id, stable across replays
             letter = msgspec.structs.replace(letter, event_id=f"{letter.event_id}:{item}")
+        if not written.first_time(letter.event_id):
+            metrics.DUPLICATES.labels(topics.DEAD_LETTERS).inc()
+            return  # a replayed record's letter, written before a restart
         send(topics.DEAD_LETTERS, *message(topics.DEAD_LETTERS, letter))
         metrics.DEAD_LETTERS.labels(topic).inc()
         metrics.DEAD_LETTER_REASONS.labels(topic, kind).inc()
@@ -287,6 +269,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
     attrs_cache = AttrsCache()
 
     async def run(stream: faust.StreamT, topic: str, handle: Handler) -> None:
+        await written.ready.wait()
         allowed = ev.ALLOWED_ON[topic]
         processed = metrics.EVENTS.labels(topic)
         duplicates = metrics.DUPLICATES.labels(topic)
@@ -306,10 +289,10 @@ def create_app(settings: Settings | None = None) -> faust.App:
             outcome: Outcome = "handled"
             try:
                 state.ensure_loaded(now)
-                rows = lease_table.take_sent() if lease_table is not None else None
-                for item in state.backlog:
-                    publish(item, rows)
-                state.backlog.clear()
+                if topic == topics.STATUS:  # read only to dead-letter a bad record
+                    decode_status(event.value)
+                    account(ledger, message, outcome)
+                    continue
                 try:
                     if quick is not None:
                         decoded = quick(event.value)
@@ -326,22 +309,18 @@ def create_app(settings: Settings | None = None) -> faust.App:
                     duplicates.inc()
                     account(ledger, message, "deduplicated")
                     continue
-                stale = stale_checkins()
+                stale = state.stale_checkins
                 out = handle(decoded, message.partition, now)
-                if stale_checkins() - stale >= checkins_of(decoded) > 0:
+                if state.stale_checkins - stale >= checkins_of(decoded) > 0:
                     outcome = "dropped_stale"
                 state.recent.add(decoded.event_id)
                 processed.inc()
-                rows = lease_table.take_sent() if lease_table is not None else None
                 for item in out if isinstance(out, list) else [out] if out is not None else []:
-                    publish(item, rows)
+                    publish(item)
             except Exception as exc:  # an agent that dies stops the whole pipeline
                 reject(exc, message, event.value, topic, decoded, now)
                 outcome = "dead_lettered"
             account(ledger, message, outcome)
-
-    def stale_checkins() -> int:
-        return state.stale_checkins + (state.leased.stale if state.leased is not None else 0)
 
     def checkins_of(event: ev.Event | CheckinColumns) -> int:
         if isinstance(event, CheckinColumns):
@@ -357,16 +336,6 @@ def create_app(settings: Settings | None = None) -> faust.App:
         stale = state.stale_checkins
         out: list[ev.Event] | ev.Assignment | None
         checkins = 1
-        if state.leased is not None:
-            assert isinstance(event, ev.CheckinBatch | ev.DeviceCheckin | CheckinColumns)
-            cols = event if isinstance(event, CheckinColumns) else CheckinColumns.of(event)
-            metrics.CHECKINS.inc(len(cols))
-            before = state.leased.stale
-            out = state.leased.on_checkins(cols, partition, now)
-            metrics.STALE_CHECKINS.inc(state.leased.stale - before)
-            decided = sum(len(o.assignments) for o in out if isinstance(o, ev.AssignmentBatch))
-            metrics.DECLINED.inc(len(cols) - decided)
-            return out
         if isinstance(event, ev.CheckinBatch | CheckinColumns):
             checkins = len(event.checkins) if isinstance(event, ev.CheckinBatch) else len(event)
             metrics.CHECKINS.inc(checkins)
@@ -391,15 +360,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
     def adopt(event: ev.Event, partition: int, now: float) -> None:
         metrics.ADOPTED.inc(state.on_assignment(event, partition, now))
 
-    def on_lease(event: ev.Event, partition: int, now: float) -> list[ev.Event]:
-        assert isinstance(event, ev.LeaseMessage)
-        assert state.lease_owner is not None and state.leased is not None
-        try:
-            if event.kind in leases.OWNER_KINDS:
-                return state.lease_owner.on_event(event, partition, now)
-            return state.leased.on_event(event, partition, now)
-        except leases.Misrouted as exc:
-            raise Refused(str(exc)) from None
+    def _ignore(event: ev.Event, partition: int, now: float) -> None:
+        return None
 
     handlers: list[tuple[faust.TopicT, str, Handler]] = [
         (jobs_in, topics.JOBS, state.on_job_event),
@@ -408,11 +370,13 @@ def create_app(settings: Settings | None = None) -> faust.App:
         (checkins_in, topics.CHECKINS, decide),
         (assignments, topics.ASSIGNMENTS, adopt),
         # Read here only to dead-letter a bad record once (topics.DEAD_LETTER_OWNER): every
-        # worker applies every revocation from its own reader (follow_revocations).
-        (revocations_in, topics.REVOCATIONS, lambda event, partition, now: None),
+        # worker applies every revocation from its own reader (follow_revocations); the
+        # gateways read replies and status without a consumer group.
+        *(
+            (raw_topic(name), name, _ignore)
+            for name in (topics.REVOCATIONS, topics.REPLIES, topics.STATUS)
+        ),
     ]
-    if config.leased:
-        handlers.append((raw_topic(topics.LEASES), topics.LEASES, on_lease))
     for channel, name, handle in handlers:
         agent_name = "scheduler-" + name.removeprefix("venn.")
 
@@ -453,6 +417,10 @@ def create_app(settings: Settings | None = None) -> faust.App:
     async def _quiet() -> None:
         quiet_logs(logging.getLogger().level)
         watch.start()
+
+    @app.task
+    async def _letters() -> None:
+        await written.load(settings)
 
     @app.timer(interval=max(1.0, min(30.0, config.job_timeout_s / 4 or 30.0)))
     async def _expire_silent_jobs() -> None:
@@ -570,16 +538,6 @@ def create_app(settings: Settings | None = None) -> faust.App:
                     metrics.STALL_REFETCHED.inc()
             elif seconds >= 2 * watch.stall_s:
                 await app.crash(RuntimeError(f"{topic}[{partition}] unread for {seconds:.0f} s"))
-
-    @app.task
-    async def _replica() -> None:
-        if replica is not None:
-            await replica.follow(
-                settings.broker,
-                topics.changelog_topic(settings.app_id, "jobs"),
-                partitions,
-                **settings.kafka_options,
-            )
 
     @app.task
     async def _revocations() -> None:

@@ -12,6 +12,11 @@ ADOPTED = Counter(
     "venn_scheduler_adopted", "Assignments accounted from the topic (decided before a restart)"
 )
 DEAD_LETTERS = Counter("venn_scheduler_dead_letters", "Dead letters published", ["topic"])
+UNREADABLE_ROWS = Counter(
+    "venn_scheduler_unreadable_rows",
+    "Table rows skipped at a rebuild (not a row, or not restorable), by table",
+    ["table"],
+)
 REBUILDS = Counter("venn_scheduler_rebuilds", "Core rebuilds from the tables")
 OUTPUT_ERRORS = Counter(
     "venn_scheduler_output_errors", "Outputs that could not be sent", ["topic", "error"]
@@ -59,10 +64,9 @@ PLAN_RECOMPUTE = Histogram(
     "compile, measured around the check-in decision that triggered it)",
     buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
-LEASE_MESSAGES = Counter(
-    "venn_scheduler_lease_messages",
-    "Lease messages published to other workers (leased mode), by kind",
-    ["kind"],
+DECIDING = Gauge(
+    "venn_scheduler_deciding",
+    "1 on the worker that decides (it holds every input partition), 0 on a hot standby",
 )
 STALL_REFETCHED = Counter(
     "venn_scheduler_stalled_partitions_refetched",

@@ -42,7 +42,7 @@ def assignment(
 def assignment_batch(
     source_id: str, job_id: str, items: list[ev.Assignment], now: float
 ) -> ev.AssignmentBatch:
-    """The assignments a check-in batch (or a lease message) ``source_id`` gave one job."""
+    """The assignments a check-in batch ``source_id`` gave one job."""
     return ev.AssignmentBatch(
         event_id=f"asgb:{source_id}:{job_id}", time=now, job_id=job_id, assignments=items
     )

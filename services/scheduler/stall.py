@@ -4,7 +4,7 @@ A Faust worker could come back from a restart with a partition assigned and fetc
 its records never handled (seen in CI: after a SIGKILL and restart, venn.jobs sat
 unhandled for more than three minutes while venn.checkins was served). Issue 25 found one
 cause (docs/notes/faust-record-loss.md): records delivered into a stream buffer that a flow
-resume then clears, with Faust's read offset past them; `venn.broker.faust_offsets` now
+resume then clears, with Faust's read offset past them; `venn.broker.faust_adapter` now
 seeks back to the lowest offset not handled after every resume, and commits never pass
 it. This watch stays as the net for a cause not known yet. It compares each input
 partition's lowest offset not accounted for in the offset ledger (`venn.broker.ledger`;

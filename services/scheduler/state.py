@@ -39,7 +39,6 @@ import numpy as np
 
 from services.scheduler import metrics
 from services.scheduler.dedupe import RecentIds
-from services.scheduler.leases import LeasedCheckins, LeaseOwner, release_event
 from services.scheduler.outputs import assignment, assignment_batch, uniform_of
 from services.scheduler.rows import (
     AssignedItem,
@@ -48,6 +47,7 @@ from services.scheduler.rows import (
     TierResult,
     decode_round_row,
 )
+from services.scheduler.tables import readable
 from venn import events as ev
 from venn.broker.stream import Refused
 from venn.checkin_columns import CheckinColumns
@@ -57,7 +57,6 @@ from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
 from venn.core.supply import SlotCounts
-from venn.fields import INDEX_MAX
 from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -112,6 +111,8 @@ class SchedulerState:
         """job_id -> what the ``round`` table holds of its open round."""
         self.decided: set[str] = set()  # assignment ids this core instance decided itself
         self.stale_checkins = 0
+        self.unreadable_rows = 0
+        """Table rows skipped at a rebuild: not rows, or not restorable."""
         self.held_since: dict[str, float] = {}
         """Device -> when it took the assignment it holds (this worker's clock)."""
         self.overdue_released = 0
@@ -122,12 +123,6 @@ class SchedulerState:
         """Assignment batches published and not yet read back: id -> (bytes, event)."""
         self.sent_bytes = 0
         self.loaded = False
-        self.lease_owner: LeaseOwner | None = None
-        """The leased mode's lease books of the jobs this worker owns (None: single mode)."""
-        self.leased: LeasedCheckins | None = None
-        """The leased mode's check-in partitions this worker holds."""
-        self.backlog: list[ev.Event] = []
-        """Outputs of a rebuild, published before the next event's."""
         self.supply_reports = 0
 
     def _new_core(self) -> Scheduler:
@@ -174,6 +169,9 @@ class SchedulerState:
         self.expiring.clear()
         # The memory store keeps rows of revoked partitions: take only the owned ones.
         for job_id, row in list(self.jobs.items()):
+            if not readable(job_id, row):
+                self._unreadable("jobs", job_id)
+                continue
             if owned is not None and row.get("partition") not in owned:
                 continue
             try:
@@ -183,17 +181,18 @@ class SchedulerState:
                     snap = decode_snapshot(row["core"])
                     restore_job(self.core, snap, now)
                     self.snapshots[job_id] = snap
-            except (KeyError, TypeError, ValueError, AttributeError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
                 # One bad row must not block every later event: skip it, keep the rest.
-                log.exception("cannot restore job %r from its row; skipped", job_id)
+                self._unreadable("jobs", job_id)
                 continue
             self.rows[job_id] = row
             self.last_seen[job_id] = now  # silence is counted from the rebuild
-        rows = [
-            (str(key), row)
-            for key, row in list(self.rounds_table.items())
-            if owned is None or row.get("partition") in owned
-        ]
+        rows: list[tuple[str, Row]] = []
+        for key, row in list(self.rounds_table.items()):
+            if not readable(key, row):
+                self._unreadable("round", key)
+            elif owned is None or row.get("partition") in owned:
+                rows.append((key, row))
         # Assignments before results: a result releases a device its assignment made busy.
         rows.sort(key=lambda kv: not kv[0].startswith("a:"))
         applied = 0
@@ -201,8 +200,7 @@ class SchedulerState:
             try:
                 applied += self._reapply(key, row, now)
             except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-                log.exception("cannot restore round row %r; skipped", key)
-        self._load_leases(owned, now)
+                self._unreadable("round", key)
         self.loaded = True
         log.info(
             "scheduler core rebuilt: %d jobs, %d removed, %d rows of open rounds",
@@ -211,24 +209,12 @@ class SchedulerState:
             applied,
         )
 
-    def _load_leases(self, owned: Collection[int] | None, now: float) -> None:
-        if self.leased is not None:
-            self.backlog += self.leased.load(owned, now)
-        owner = self.lease_owner
-        if owner is None:
-            return
-        unreadable = owner.load(owned)
-        for job_id, js in self.core.jobs.items():
-            if (
-                js.round_open
-                and job_id not in unreadable
-                and not owner.leased(job_id, js.round_index)
-            ):
-                # No book: the round opened in the single mode, or the worker stopped
-                # before its book was written, and so before any grant went out (rows go
-                # first): lease what is left of it now.
-                partition = int(self.rows[job_id]["partition"])
-                self.backlog += owner.open(job_id, js.round_index, js.remaining, partition, now)
+    def _unreadable(self, table: str, key: object) -> None:
+        """A row that cannot be restored: skipped (one bad row must not block every later
+        event) and counted."""
+        self.unreadable_rows += 1
+        metrics.UNREADABLE_ROWS.labels(table).inc()
+        log.error("cannot restore %s row %r; skipped", table, key, exc_info=True)
 
     def _reapply(self, key: str, raw: Row, now: float) -> int:
         row = decode_round_row(key, raw)
@@ -298,7 +284,7 @@ class SchedulerState:
         raise Refused(f"unknown job {job_id!r}")
 
     # -- venn.jobs ---------------------------------------------------------------------
-    def on_job_event(self, event: ev.Event, partition: int, now: float) -> list[ev.Event] | None:
+    def on_job_event(self, event: ev.Event, partition: int, now: float) -> None:
         """A job event the agent admitted (its token checked: `venn.broker.stream.authorized`)."""
         self._heard_of(event, now)
         if isinstance(event, ev.JobHeartbeat):
@@ -335,11 +321,6 @@ class SchedulerState:
             if self.core.request_round(event.job_id, event.round_index, now, event.demand):
                 self._end_round_rows(event.job_id)
                 self._save(event.job_id, partition)
-                if self.lease_owner is not None:
-                    js = self.core.jobs[event.job_id]
-                    return self.lease_owner.open(
-                        event.job_id, js.round_index, js.remaining, partition, now
-                    )
         elif isinstance(event, ev.JobCancelled) and self._known(event.job_id):
             self._remove(event.job_id, partition)
         return None
@@ -369,8 +350,6 @@ class SchedulerState:
         self.expiring.discard(job_id)
         self.core.remove_job(job_id)
         self.removed.add(job_id)
-        if self.lease_owner is not None:
-            self.lease_owner.close(job_id, INDEX_MAX)
         self._end_round_rows(job_id)
         self._save(job_id, partition, removed=True)
 
@@ -400,8 +379,6 @@ class SchedulerState:
             if closed:
                 if was_open:
                     self._end_round_rows(event.job_id)
-                    if self.lease_owner is not None:
-                        self.lease_owner.close(event.job_id, event.round_index)
                 self._save(event.job_id, partition)
             return bool(closed)
         if isinstance(event, ev.JobFinished) and self._known(event.job_id):
@@ -409,15 +386,10 @@ class SchedulerState:
         return False
 
     # -- venn.results ------------------------------------------------------------------
-    def on_result(self, event: ev.Event, partition: int, now: float) -> ev.Event | None:
+    def on_result(self, event: ev.Event, partition: int, now: float) -> None:
         assert isinstance(event, ev.DeviceResult)
-        if not self._known(event.job_id):
-            return None
-        release = None
-        if self.leased is not None:  # the device's hold is kept by its check-in partition
-            release = release_event(event.device_id, event.job_id, event.round_index, now)
-        self._record_result(event, partition)
-        return release
+        if self._known(event.job_id):
+            self._record_result(event, partition)
 
     def _record_result(self, event: ev.DeviceResult, partition: int) -> None:
         holder = (event.job_id, event.round_index)
@@ -704,8 +676,5 @@ class SchedulerState:
         if stored is None or stored.tier != js.tier:
             # The core lifted the round's tier restriction when a competitor opened a
             # round (on another job's event): persist it here, on this job's partition.
-            self._save(event.job_id, partition)
-        elif self.lease_owner is not None and js.remaining <= 0 < stored.remaining:
-            # Filled: the workers' replicas stop ranking it first (``sync_job``).
             self._save(event.job_id, partition)
         return adopted

@@ -26,7 +26,7 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from venn.broker.faust_offsets import LedgerConsumer, OffsetsApp, account, records
+from venn.broker.faust_adapter import LedgerConsumer, OffsetsApp, account, records
 
 TOPIC = os.environ.get("PROBE_TOPIC", "probe-in")
 HANDLED = os.environ.get("PROBE_HANDLED", "probe-handled")

@@ -64,7 +64,7 @@ def test_default_topic_catalogue() -> None:
         "venn.replies",
         "venn.revocations",
         "venn.status",
-        "venn.leases",
+        "venn.enrolments",
     )
     assert changelog_topic("venn-scheduler", "jobs") == "venn-scheduler-jobs-changelog"
 

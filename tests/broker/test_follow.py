@@ -76,3 +76,35 @@ async def test_feeds_follow_their_topics_and_skip_what_they_cannot_read(
         await producer.stop()
         await status.stop()
         await letters.stop()
+
+
+async def test_the_status_feed_goes_on_after_any_bad_record(broker: str, partitions: int) -> None:
+    """Issue 26, item 6: a record that msgspec refuses with UnicodeDecodeError (an invalid
+    UTF-8 sequence inside a string) ended the feed, and with it /v1/plan and the dashboard,
+    also after a restart. Now it is skipped and counted, and the next snapshot is kept."""
+    settings = Settings(broker=broker, topic_partitions=partitions)
+    tag = uuid.uuid4().hex[:8]
+
+    class PrivateStatus(StatusFeed):
+        topic = f"test.status-bad-{tag}"
+
+    await ensure_topics(broker, partitions, names=(PrivateStatus.topic,))
+    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all")
+    await producer.start()
+    now = time.time()
+    bad = [b'{"worker": "\xed\xa0\x80"}', b"[" * 100_000, b""]
+    try:
+        for value in [*bad, encode_status(snapshot(now, "after"))]:
+            await producer.send_and_wait(PrivateStatus.topic, value, key=b"plan")
+    finally:
+        await producer.stop()
+    for _ in range(2):  # and again after a restart: the feed reads from the beginning
+        status = PrivateStatus(settings)
+        await status.start()
+        try:
+            await until(
+                lambda feed=status: feed.latest is not None and feed.latest.worker == "after"  # type: ignore[misc]
+            )
+            assert status.bad_records == len(bad)
+        finally:
+            await status.stop()

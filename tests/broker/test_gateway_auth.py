@@ -146,3 +146,45 @@ async def test_a_result_only_from_the_device_the_round_assigned(gateway: Authed)
     assert (status, body["error"]) == (403, "forbidden")  # mallory's token, alice's name
     status, body, _ = await gateway.post("/v1/results", result("alice", job), alice)
     assert status == 202 and body["accepted"] is True
+
+
+async def test_an_enrol_token_cannot_take_over_an_enrolled_device_id(gateway: Authed) -> None:
+    """Issue 26, item 10: any enrol token got a device token for an enrolled device's id,
+    and with it that device's assignments and results. The first enrolment holds the id,
+    also for a gateway started later (venn.enrolments); its owner may enrol it again (a
+    node restarting with a fresh enrol token of the same owner), an operator too."""
+    device = f"victim-{uuid.uuid4().hex[:8]}"
+    fleet = gateway.tokens.issue("enroll", "fleet-a", ttl_s=600)
+    status, body, _ = await gateway.post("/v1/devices", {"device_id": device}, fleet)
+    assert status == 201 and body["device_id"] == device, body
+    mallory = gateway.tokens.issue("enroll", "mallory", ttl_s=600)
+    status, body, _ = await gateway.post("/v1/devices", {"device_id": device}, mallory)
+    assert (status, body["error"]) == (409, "device_exists"), body
+    assert "token" not in body
+    again = gateway.tokens.issue("enroll", "fleet-a", ttl_s=600)
+    status, body, _ = await gateway.post("/v1/devices", {"device_id": device}, again)
+    assert status == 201, body
+    admin = gateway.tokens.issue("admin", "operator", ttl_s=600)
+    status, body, _ = await gateway.post("/v1/devices", {"device_id": device}, admin)
+    assert status == 201, body
+    # A generated id is held as well: nobody names it later to take it.
+    status, generated, _ = await gateway.post("/v1/devices", {}, fleet)
+    assert status == 201
+    status, body, _ = await gateway.post(
+        "/v1/devices", {"device_id": generated["device_id"]}, mallory
+    )
+    assert (status, body["error"]) == (409, "device_exists"), body
+    assert gateway.server.gateway.stats.refused_enrolments == 2
+
+    later = GatewayServer(gateway.server.settings.with_gateway(port=0, wait_s=5.0))
+    await later.start()
+    try:
+        for token, expected in ((mallory, 409), (again, 201)):
+            async with gateway.http.post(
+                f"{later.url}/v1/devices",
+                json={"device_id": device},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as r:
+                assert r.status == expected, await r.text()
+    finally:
+        await later.stop()

@@ -63,7 +63,7 @@ from venn.broker import security, topics
 from venn.broker.kafka import kafka_version
 from venn.broker.process import free_port
 from venn.broker.security import Credentials, client_options
-from venn.settings import describe
+from venn.settings import Settings, describe
 
 pytestmark = pytest.mark.e2e
 
@@ -308,6 +308,10 @@ def test_compose_runs_the_tested_releases_and_the_shared_settings() -> None:
     assert len(base64.urlsafe_b64decode(kafka["CLUSTER_ID"] + "==")) == 16
     assert kafka["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
     assert kafka["KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS"] == "0"
+    # The scheduler's short session (a standby takes over from a killed decider in seconds)
+    # is one the broker accepts.
+    tuning = Settings.from_env({"VENN_BROKER_KIND": "external"}, running=False)
+    assert int(kafka["KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS"]) <= tuning.scheduler_session_timeout
     assert "HOST://localhost:29092" in kafka["KAFKA_ADVERTISED_LISTENERS"]
     assert "29092:29092" in services["kafka"]["ports"]
 

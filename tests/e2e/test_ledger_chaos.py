@@ -1,13 +1,14 @@
 """Issue 25: no input offset unaccounted for, across SIGKILLs, restarts and rebalances.
 
-One workload on Apache Kafka (the demo stack, leased mode: the mode in which workers may
-share the input) while the scheduler worker is SIGKILLed and restarted twice and a second
-worker joins and leaves. Commits follow the offset ledger (venn.broker.faust_offsets:
-a partition's commit is its lowest offset not handled, dead-lettered, deduplicated or
-dropped as stale), so once the work is done, every input partition's committed offset must
-reach its end offset, for the scheduler's group and the recorder's; the surviving worker's
-ledger must have nothing left behind (its lag, by the ledger, 0 everywhere); every job
-finishes and the invariants of design.md hold.
+One workload on Apache Kafka (the demo stack) while the scheduler worker is SIGKILLed and
+restarted twice and a second worker joins and leaves: the second is a standby until the
+first is killed, then decides until it leaves, and the restarted first decides again.
+Commits follow the offset ledger (venn.broker.faust_adapter: a partition's commit is its
+lowest offset not handled, dead-lettered, deduplicated or dropped as stale), so once the
+work is done, every input partition's committed offset must reach its end offset, for the
+scheduler's group and the recorder's; the surviving worker's ledger must have nothing left
+behind (its lag, by the ledger, 0 everywhere); every job finishes and the invariants of
+design.md hold.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ CONFIG = DemoConfig(
     arrival_scale=0.02,
     timeout_s=300.0,
     workers=1,
-    scheduler_mode="leased",
     capture_topics=(
         topics.CHECKINS,
         topics.JOBS,
@@ -64,7 +64,6 @@ SCHEDULER_INPUTS = (
     topics.CHECKINS,
     topics.ASSIGNMENTS,
     topics.REVOCATIONS,
-    topics.LEASES,
 )
 RECORDER_INPUTS = (topics.JOBS, topics.ROUNDS)
 CHANGES = (

@@ -23,6 +23,7 @@ from venn.events import (
     CheckinsDeclined,
     DeadLetter,
     DeviceCheckin,
+    DeviceEnrolled,
     DeviceResult,
     Event,
     InvalidEvent,
@@ -31,7 +32,6 @@ from venn.events import (
     JobFinished,
     JobHeartbeat,
     JobRegistered,
-    LeaseMessage,
     RoundClosed,
     RoundRequested,
     SupplyCount,
@@ -121,21 +121,12 @@ SAMPLES[AssignmentBatch] = AssignmentBatch(
 SAMPLES[TokenRevoked] = TokenRevoked(
     event_id="rev1", time=7.0, token_id="0f" * 16, expires_at=1e9, reason="device lost"
 )
+SAMPLES[DeviceEnrolled] = DeviceEnrolled(
+    event_id="enrol1", time=7.5, device_id="d1", owner="fleet a", token_id="0e" * 16
+)
 SAMPLES[JobHeartbeat] = JobHeartbeat(event_id="hb1", time=8.0, job_id="j1")
 SAMPLES[JobExpired] = JobExpired(
     event_id="exp1", time=9.0, job_id="j1", last_seen=1.0, reason="silent"
-)
-SAMPLES[LeaseMessage] = LeaseMessage(
-    event_id="lease1",
-    time=2.3,
-    kind="grant",
-    job_id="j1",
-    round_index=0,
-    partition=3,
-    amount=5,
-    released=0,
-    accepted=False,
-    count=1,
 )
 SAMPLES[CheckinsDeclined] = CheckinsDeclined(
     event_id="dec1", time=2.2, reply_to="gw-1", checkin_ids=["c1"]

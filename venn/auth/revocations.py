@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from venn import events as ev
 from venn.auth.tokens import Revocations
 from venn.broker import topics
+from venn.broker.faust_adapter import refresh_metadata
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ async def follow_revocations(
                 for p in sorted(consumer.partitions_for_topic(topics.REVOCATIONS) or ())
             ]
             if not parts:
-                await consumer._client.force_metadata_update()
+                await refresh_metadata(consumer)
                 parts = [
                     TopicPartition(topics.REVOCATIONS, p)
                     for p in sorted(consumer.partitions_for_topic(topics.REVOCATIONS) or ())

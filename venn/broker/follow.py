@@ -1,7 +1,9 @@
 """Following a topic from its beginning, without a consumer group: every partition
 assigned, read forever, each record's value handed to `offer`. What the gateway's views of
 venn.status and venn.dead-letters share; a consumer error is logged and retried, never
-the end of the view."""
+the end of the view, and so is a record `offer` fails on (skipped and counted: these
+followers read without a consumer group, so the topic's owner, `topics.DEAD_LETTER_OWNER`,
+dead-letters it)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ class TopicFollower:
         self.settings = settings
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
+        self.failed = 0
+        """Records whose `offer` raised (skipped)."""
 
     def offer(self, raw: bytes | None) -> None:
         raise NotImplementedError
@@ -78,7 +82,15 @@ class TopicFollower:
                 continue
             for messages in batches.values():
                 for m in messages:
-                    self.offer(m.value)
+                    try:
+                        self.offer(m.value)
+                    except Exception:
+                        # A record `offer` did not expect must not end the view (issue 26):
+                        # its topic's owner dead-letters it (topics.DEAD_LETTER_OWNER).
+                        self.failed += 1
+                        log.exception(
+                            "%s[%d]@%d could not be used; skipped", m.topic, m.partition, m.offset
+                        )
 
     async def stop(self) -> None:
         await stop_reader(self._task, self._consumer)

@@ -32,7 +32,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from venn.broker.process import free_port, metadata_brokers
+from venn.broker.process import (
+    PRIVATE_UMASK,
+    free_port,
+    metadata_brokers,
+    open_private_log,
+    private_dir,
+    tighten,
+    write_private,
+)
 
 POM = Path(__file__).with_name("kafka-pom.xml")
 MIN_JAVA = 17
@@ -243,6 +251,9 @@ def node_properties(
         "share.coordinator.state.topic.min.isr": min_isr,
         # A small machine: no wait before the first rebalance of a new group, few threads.
         "group.initial.rebalance.delay.ms": 0,
+        # The scheduler's short session (venn/broker/tuning.py), so that a standby takes
+        # over from a killed decider within seconds; the default floor is 6 s.
+        "group.min.session.timeout.ms": 1000,
         "num.network.threads": 2,
         "num.io.threads": 2,
         "background.threads": 2,
@@ -347,7 +358,8 @@ class KafkaBroker:
         return new_cluster_id()
 
     def _write_config(self, java: str, libs: Path) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)
+        tighten(self.data_dir)  # segments written before the broker ran with PRIVATE_UMASK
         record = self.data_dir / CLUSTER_FILE
         if record.exists() and json.loads(record.read_text()).get("secured", False) != bool(
             self.users
@@ -358,13 +370,13 @@ class KafkaBroker:
         cluster_id = self._cluster_id()
         for node in self.ports:
             home = self.node_dir(node.node_id)
-            home.mkdir(parents=True, exist_ok=True)
-            (home / "log4j2.properties").write_text(LOG4J2)
+            private_dir(home)
+            write_private(home / "log4j2.properties", LOG4J2)
             props = home / "server.properties"
             log_dir = home / "data"
             admin = self.users["admin"] if self.users else None
-            props.write_text(
-                node_properties(node, self.ports, self.host, log_dir, self.nodes, admin)
+            write_private(  # it holds the admin's password
+                props, node_properties(node, self.ports, self.host, log_dir, self.nodes, admin)
             )
             if not (log_dir / "meta.properties").exists():
                 command = [
@@ -373,10 +385,13 @@ class KafkaBroker:
                 ]  # fmt: skip
                 for user, password in (self.users or {}).items():
                     command += ["--add-scram", f"SCRAM-SHA-256=[name={user},password={password}]"]
-                done = subprocess.run(command, capture_output=True, text=True, check=False)
+                done = subprocess.run(
+                    command, capture_output=True, text=True, check=False, umask=PRIVATE_UMASK
+                )
                 if done.returncode != 0:
                     raise KafkaError(f"formatting {log_dir} failed:\n{done.stdout}{done.stderr}")
-        (self.data_dir / CLUSTER_FILE).write_text(
+        write_private(
+            self.data_dir / CLUSTER_FILE,
             json.dumps(
                 {
                     "cluster_id": cluster_id,
@@ -385,7 +400,7 @@ class KafkaBroker:
                     "secured": self.users is not None,
                 },
                 indent=1,
-            )
+            ),
         )
 
     def start(self, detached: bool = False) -> Self:
@@ -409,7 +424,7 @@ class KafkaBroker:
 
     def _spawn(self, node_id: int, java: str, libs: Path, detached: bool) -> None:
         home = self.node_dir(node_id)
-        log = open(self.log_path(node_id), "ab")  # noqa: SIM115 - lives as long as the process
+        log = os.fdopen(open_private_log(self.log_path(node_id)), "ab")
         self._logs[node_id] = log
         command = [
             java, f"-Xms{self.heap_mb // 2}m", f"-Xmx{self.heap_mb}m", *JVM_OPTIONS,
@@ -425,6 +440,7 @@ class KafkaBroker:
             cwd=home,
             # A detached broker must survive the CLI that started it (and its Ctrl-C).
             start_new_session=detached,
+            umask=PRIVATE_UMASK,
         )
 
     def wait_ready(self, timeout: float | None = None) -> None:

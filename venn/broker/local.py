@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol, Self
 
 from venn.broker import kafka
-from venn.broker.process import pid_alive, split_address, terminate_all
+from venn.broker.process import pid_alive, split_address, terminate_all, write_private
 from venn.broker.tansu import TansuBroker
 
 KINDS = ("auto", "kafka", "tansu", "external")
@@ -124,7 +124,7 @@ def start_detached(
 
 
 def write_record(run_dir: str | Path, record: BrokerRecord) -> None:
-    (Path(run_dir) / RECORD_FILE).write_text(json.dumps(asdict(record)))
+    write_private(Path(run_dir) / RECORD_FILE, json.dumps(asdict(record)))
 
 
 def stop_detached(run_dir: str | Path, timeout: float = 30.0) -> bool:

@@ -10,6 +10,51 @@ import socket
 import struct
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+PRIVATE_UMASK = 0o077
+"""The umask of the stack's processes (brokers, services, the database's tools): what they
+create (Kafka's segments, which hold job tokens; logs; Faust's data) is their owner's
+alone (issue 26: segments and server.properties, which holds the Kafka admin password,
+were 0644)."""
+
+
+def private_dir(path: str | Path) -> Path:
+    """``path`` created if need be, mode 0700."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def write_private(path: str | Path, text: str) -> None:
+    """Write ``text`` to a file only its owner may read (0600, also if it existed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def open_private_log(path: str | Path) -> int:
+    """A file descriptor appending to ``path`` (0600), for a child's output."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def tighten(root: str | Path) -> None:
+    """Directories 0700 and files 0600 under ``root``, for those this user owns (a run dir
+    made before its files were private; another user's, the database's, are left as
+    they are)."""
+    me = os.geteuid()
+    for top, dirs, files in os.walk(root):
+        for name, mode in [*((d, 0o700) for d in dirs), *((f, 0o600) for f in files)]:
+            path = os.path.join(top, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if st.st_uid == me and not os.path.islink(path) and st.st_mode & 0o077:
+                    os.chmod(path, mode)
+        dirs[:] = [d for d in dirs if os.lstat(os.path.join(top, d)).st_uid == me]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -19,9 +64,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_free(host: str, port: int) -> bool:
+    """True if a server could listen at host:port now. Bound with SO_REUSEADDR, as Kafka
+    and Tansu bind: the connections of a broker just stopped, in TIME_WAIT for a minute,
+    do not hold the port; a listener does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
+            s.listen()
         except OSError:
             return False
     return True

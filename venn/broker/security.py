@@ -70,18 +70,20 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.RESULTS,
                 topics.ASSIGNMENTS,
                 topics.REVOCATIONS,
-                topics.LEASES,
+                # only to dead-letter their bad records (topics.DEAD_LETTER_OWNER)
+                topics.REPLIES,
+                topics.STATUS,
+                # the letters already written, read back at start (one letter per record)
+                topics.DEAD_LETTERS,
             ),
             # venn.jobs: the expiry of a silent job, ordered with the job's other events
             # venn.status: the plan and supply snapshot the job API reads
-            # venn.leases: workers to one another; only schedulers write it
             write=(
                 topics.ASSIGNMENTS,
                 topics.REPLIES,
                 topics.DEAD_LETTERS,
                 topics.JOBS,
                 topics.STATUS,
-                topics.LEASES,
             ),
             prefixes=(f"{app_id}-",),
             groups=(app_id,),
@@ -100,8 +102,9 @@ def access(app_id: str, recorder_group: str) -> dict[str, Access]:
                 topics.REVOCATIONS,
                 topics.STATUS,
                 topics.DEAD_LETTERS,  # the dashboard counts them
+                topics.ENROLMENTS,
             ),
-            write=(topics.CHECKINS, topics.RESULTS, topics.DEAD_LETTERS),
+            write=(topics.CHECKINS, topics.RESULTS, topics.DEAD_LETTERS, topics.ENROLMENTS),
         ),
         # The job API's submissions and cancels (each with a job token the gateway issued
         # for that job alone): the gateway process signs in as this principal for them only

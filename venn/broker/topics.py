@@ -43,12 +43,11 @@ STATUS = "venn.status"
 """Scheduler -> job API and dashboard: a snapshot of the plan and the supply every few
 seconds (`venn.core.status`). Key "plan"; compacted, so a reader starts from the latest."""
 
-LEASES = "venn.leases"
-"""Scheduler workers to one another: lease grants, recalls, offers, answers, reports and
-device releases (`venn.events.LeaseMessage`), so that any number of workers share the
-check-in partitions (`venn.core.partition`). Key: the job id, or the device id of a
-release; a message to a check-in partition goes to that partition. Only schedulers
-write it."""
+ENROLMENTS = "venn.enrolments"
+"""Gateways to gateways: who enrolled each device id (`DeviceEnrolled`: the owner of the
+enrol token), so that no other enrol token takes an enrolled id over. Key: device_id.
+Every gateway follows it from the beginning; kept for good and not compacted, because the
+first enrolment of an id is the one that counts."""
 
 ALL_TOPICS: tuple[str, ...] = (
     CHECKINS,
@@ -60,7 +59,7 @@ ALL_TOPICS: tuple[str, ...] = (
     REPLIES,
     REVOCATIONS,
     STATUS,
-    LEASES,
+    ENROLMENTS,
 )
 
 DEAD_LETTER_OWNER: dict[str, str] = {
@@ -69,26 +68,49 @@ DEAD_LETTER_OWNER: dict[str, str] = {
     RESULTS: "scheduler",
     ROUNDS: "scheduler",
     ASSIGNMENTS: "scheduler",
-    REPLIES: "gateway",
+    REPLIES: "scheduler",
     REVOCATIONS: "scheduler",
-    STATUS: "gateway",
-    LEASES: "scheduler",
+    STATUS: "scheduler",
+    ENROLMENTS: "gateway",
 }
 """The one service that dead-letters a malformed record of each topic, so every bad record
-gets exactly one dead letter; every other reader skips it and counts it. (The scheduler
-reads every input; a reply is dead-lettered by the gateway it is addressed to.)"""
+gets exactly one dead letter; every other reader skips it and counts it. The scheduler
+reads every topic here in its consumer group (venn.replies, venn.status and
+venn.revocations only for this), so a record gets its letter once however many gateways,
+SDK clients or recorders read it, and whether the gateway it is addressed to is alive or
+not (issue 26: a bad reply to no live gateway, and a bad status record, got none). Every
+gateway dead-letters a bad enrolment, under the one event id of its position."""
 
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 """The broker stamps each record when it stores it: the time a job event's token is judged
 at (`venn.auth.checks`), which no producer can choose."""
 
+COMPACTED = {"cleanup.policy": "compact"}
+"""A table: the latest record of each key is what counts, kept however old."""
+KEPT = {"retention.ms": "-1"}
+"""A log its readers fold from offset 0: every record counts, kept however old. Not
+compacted, since a job's later events would remove its registration."""
+
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {
-    JOBS: APPEND_TIME,
-    ROUNDS: APPEND_TIME,
-    REVOCATIONS: {"cleanup.policy": "compact"},
-    STATUS: {"cleanup.policy": "compact"},
+    # Job events (registration, rounds, cancel, heartbeats) and round events are folded from
+    # offset 0 by the gateway, the coordinators and the recorder: with the broker's default
+    # 7 days' retention a job older than that disappeared after a restart (issue 26).
+    JOBS: {**APPEND_TIME, **KEPT},
+    ROUNDS: {**APPEND_TIME, **KEPT},
+    REVOCATIONS: COMPACTED,
+    STATUS: COMPACTED,
+    ENROLMENTS: {**KEPT, "retention.bytes": "-1"},
 }
-"""Topic-level settings given at creation."""
+"""Topic-level settings given at creation (a changelog's: `topic_config`)."""
+
+
+def topic_config(name: str) -> dict[str, str]:
+    """The settings a topic is created with: `TOPIC_CONFIGS`, and compaction for a Faust
+    table's changelog (a table's rows, however old)."""
+    if name.endswith(CHANGELOG_SUFFIX):
+        return COMPACTED
+    return TOPIC_CONFIGS.get(name, {})
+
 
 _TOPIC_ALREADY_EXISTS = 36
 _UNKNOWN_TOPIC = 3
@@ -98,14 +120,17 @@ class TopicError(RuntimeError):
     pass
 
 
-SCHEDULER_TABLES: tuple[str, ...] = ("jobs", "round", "lease")
+SCHEDULER_TABLES: tuple[str, ...] = ("jobs", "round")
 """The scheduler's Faust tables (``services.scheduler``): each has a changelog topic, which
 must exist, with the inputs' partition count, before a worker starts."""
 
 
+CHANGELOG_SUFFIX = "-changelog"
+
+
 def changelog_topic(app_id: str, table: str) -> str:
     """Faust's changelog topic name for `table` of app `app_id`."""
-    return f"{app_id}-{table}-changelog"
+    return f"{app_id}-{table}{CHANGELOG_SUFFIX}"
 
 
 def scheduler_changelogs(app_id: str) -> list[str]:
@@ -190,7 +215,7 @@ async def ensure_topics(
                         name,
                         partitions,
                         replication_factor=factor,
-                        topic_configs=TOPIC_CONFIGS.get(name, {}),
+                        topic_configs=topic_config(name),
                     )
                     for name in missing
                 ]

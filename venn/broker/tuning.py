@@ -33,6 +33,11 @@ class ClientTuning:
     that finds the sender idle then costs a produce request of its own)."""
     acks: Literal[1, "all"]
     session_timeout_ms: int
+    decider_session_timeout_ms: int
+    """The scheduler workers' session: how long after the deciding worker died (SIGKILL, a
+    lost host) the group rebalances and a standby takes over. Apache Kafka accepts less
+    than 6 s only with ``group.min.session.timeout.ms`` lowered (the local broker and
+    docker-compose set 1 s)."""
     rebalance_timeout_ms: int
     heartbeat_interval_ms: int
     fetch_wait_ms: int
@@ -58,6 +63,7 @@ TANSU = ClientTuning(
     acks=1,
     # 6 s is also the smallest session timeout Apache Kafka accepts by default.
     session_timeout_ms=6_000,
+    decider_session_timeout_ms=6_000,
     rebalance_timeout_ms=6_000,
     heartbeat_interval_ms=1_000,
     fetch_wait_ms=10,
@@ -70,6 +76,9 @@ KAFKA = ClientTuning(
     acks="all",
     # A killed worker's partitions move after this long; Kafka's own default is 45 s.
     session_timeout_ms=10_000,
+    # Heartbeats come from Faust's consumer thread, not the event loop the agents keep
+    # busy: 3 heartbeats of 1 s per session.
+    decider_session_timeout_ms=3_000,
     rebalance_timeout_ms=20_000,
     # Members learn of a rebalance at their next heartbeat. With 3 s, a scheduler worker's
     # graceful leave stopped assignments for up to 27.5 s (`tests/e2e/test_workers.py`,

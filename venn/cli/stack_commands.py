@@ -20,7 +20,8 @@ def up(
     policy: Annotated[str, typer.Option(help="Scheduling policy of the scheduler.")] = "venn",
     seed: Annotated[int, typer.Option(help="Seed of randomised policies.")] = 0,
     workers: Annotated[
-        int, typer.Option(min=1, help="Scheduler workers; more than one runs the leased mode.")
+        int,
+        typer.Option(min=1, help="Scheduler workers: one decides, the others are hot standbys."),
     ] = 1,
 ) -> None:
     """Start the embedded stack detached: broker, topics, DB migrations, scheduler, recorder."""
@@ -87,7 +88,8 @@ def demo(
     seed: Annotated[int | None, typer.Option(help="Workload sampling seed.")] = None,
     timeout: Annotated[float, typer.Option(help="Wall seconds before giving up.")] = 600.0,
     workers: Annotated[
-        int, typer.Option(min=1, help="Scheduler workers; more than one runs the leased mode.")
+        int,
+        typer.Option(min=1, help="Scheduler workers: one decides, the others are hot standbys."),
     ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -108,8 +110,6 @@ def demo(
         broker_kind=broker_kind or settings.broker_kind,
         timeout_s=timeout,
         workers=workers,
-        # leased when VENN_SCHEDULER_MODE says so, else as the workers need
-        scheduler_mode="leased" if settings.scheduler.leased else "",
     )
     handles = DemoHandles()
     if as_json:
@@ -128,7 +128,7 @@ def demo(
             f"wall {result.wall_s:.0f} s + {result.startup_s:.0f} s start-up"
         )
         decided = ", ".join(f"{name} {n}" for name, n in result.workers.items())
-        console.print(f"scheduler ({result.scheduler_mode}): check-ins decided: {decided}")
+        console.print(f"scheduler check-ins decided: {decided}")
     if result.jobs_finished < result.jobs_total:
         raise typer.Exit(1)
 

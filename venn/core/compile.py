@@ -15,11 +15,10 @@ open jobs arrive already filed by class and order (``venn.core.open_jobs``).
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import replace
 
 import numpy as np
 
-from venn.core.dispatch import NO_LIMIT, DispatchTable, overtake_count, overtake_counts
+from venn.core.dispatch import NO_LIMIT, DispatchTable, overtake_count
 from venn.core.open_jobs import OpenEntry, OpenJobs
 from venn.core.policies.base import Policy, PolicyView
 
@@ -205,78 +204,6 @@ class TableCompiler:
                 return self._uniform_small(jobs, num_jobs, sections, num_sigs)
             return self._uniform_numpy(jobs, num_jobs, view.sig_matrix, table, k)
         return self._first(jobs, num_jobs, sections, view.sig_matrix, jobs.by_key)
-
-    def compile_ranked(
-        self, jobs: OpenJobs, num_jobs: int, policy: Policy, view: PolicyView
-    ) -> DispatchTable:
-        """Every row's candidates in the policy's preference order, the whole row
-        whatever the policy's mode (``uniform`` still says how the policy picks).
-
-        For a caller that may have to pass over a candidate (a check-in partition with
-        no quota left for it, ``venn.core.lease``): a row's first candidate is the head
-        ``compile`` gives a first pick. Any listed job may take assignments, so with an
-        ordered policy every listed job's budget stops at its first overtake of the job
-        just ahead of it in some row (not only the heads', as in ``compile``).
-        """
-        num_sigs = view.num_signatures
-        n = len(jobs)
-        uniform = policy.mode == "uniform"
-        if n == 0 or num_sigs == 0:
-            return DispatchTable(  # one row per signature known, as ``compile``'s
-                np.full((num_sigs, self.num_tiers, max(1, n)), -1, dtype=np.int64),
-                np.zeros((num_sigs, self.num_tiers), dtype=np.int64),
-                uniform,
-                jobs.budgets(num_jobs),
-            )
-        table = policy.section_table(view)
-        k = 1 if table is None else policy.num_sections
-        ranked = self._uniform_numpy(jobs, num_jobs, view.sig_matrix, table, k)
-        if jobs.by_key and n > 1:
-            self._overtake_budgets(jobs, ranked.candidates, table, ranked.budget)
-        return ranked if uniform else replace(ranked, uniform=False)
-
-    @staticmethod
-    def _overtake_budgets(
-        jobs: OpenJobs, candidates: np.ndarray, table: np.ndarray | None, budget: np.ndarray
-    ) -> None:
-        """Cap the budget of every job listed right behind another in the same section
-        of some row (``candidates`` [signatures, tiers, jobs]; ``table`` the policy's
-        section of each (signature, group), None for one section).
-
-        Neighbours across a section boundary are not a pair: sections are ordered by
-        the plan, not by key, so the first job of a later section is usually already
-        "ahead" of the last of the one before and would get a budget of 1 (a recompile
-        after every assignment it takes, for an order no key change can alter).
-        """
-        sigs, v, n = candidates.shape
-        rows = candidates.reshape(sigs * v, n)
-        ahead, behind = rows[:, :-1], rows[:, 1:]
-        listed = behind >= 0
-        if table is not None:
-            entries = jobs.entries
-            group_of = np.zeros(len(budget), dtype=np.int64)
-            for idx, e in entries.items():
-                group_of[idx] = e.group
-            sig = np.repeat(np.arange(sigs, dtype=np.int64), v)[:, None]
-            sec_ahead = table[sig, group_of[np.maximum(ahead, 0)]]
-            sec_behind = table[sig, group_of[np.maximum(behind, 0)]]
-            listed &= sec_ahead == sec_behind
-        width = len(budget) + 1
-        pairs = np.unique(ahead[listed] * width + behind[listed])
-        if not len(pairs):
-            return
-        a_idx, b_idx = np.divmod(pairs, width)
-        listed_jobs = np.unique(pairs // width).tolist() + np.unique(pairs % width).tolist()
-        entries = jobs.entries
-        remaining = np.zeros(len(budget), dtype=np.int64)
-        weight = np.ones(len(budget), dtype=np.float64)
-        for idx in set(listed_jobs):
-            e = entries[idx]
-            remaining[idx], weight[idx] = e.remaining, e.weight
-        limits = overtake_counts(
-            remaining[b_idx], weight[b_idx], b_idx, remaining[a_idx], weight[a_idx], a_idx
-        )
-        np.minimum.at(budget, b_idx, limits)
 
     def _row_sections(
         self, sig_matrix: np.ndarray, table: np.ndarray | None, k: int

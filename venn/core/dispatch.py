@@ -89,36 +89,6 @@ def overtake_count(rem_b: int, w_b: float, idx_b: int, rem_a: int, w_a: float, i
     return max(1, guess + 3)
 
 
-def overtake_counts(
-    rem_b: np.ndarray,
-    w_b: np.ndarray,
-    idx_b: np.ndarray,
-    rem_a: np.ndarray,
-    w_a: np.ndarray,
-    idx_a: np.ndarray,
-) -> np.ndarray:
-    """``overtake_count`` of many pairs at once (the same values, the same float steps)."""
-    rem_b = rem_b.astype(np.float64)
-    rem_a = rem_a.astype(np.float64)
-    target = rem_a * w_a
-    guess = np.floor(rem_b - target / w_b).astype(np.int64)
-    start = np.maximum(1, guess - 1)
-    out = np.maximum(1, guess + 3)
-    found = np.zeros(len(out), dtype=bool)
-    for step in range(4):
-        n = start + step
-        key = (rem_b - n) * w_b
-        ahead = (key < target) | ((key == target) & (idx_b < idx_a))
-        hit = ahead & ~found
-        out[hit] = n[hit]
-        found |= ahead
-    unit = (w_b == 1.0) & (w_a == 1.0)
-    if unit.any():
-        n = (rem_b - rem_a).astype(np.int64) + np.where(idx_b < idx_a, 0, 1)
-        out[unit] = np.maximum(1, n[unit])
-    return out
-
-
 def empty_table(num_jobs: int) -> DispatchTable:
     """A table for no signature (a scheduler's before its first compile)."""
     return DispatchTable(

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import bisect
 from enum import Enum
+from typing import Annotated
 
 import msgspec
+
+from venn import fields
 
 
 class Applied(Enum):
@@ -39,8 +42,10 @@ class IndexSet(msgspec.Struct, kw_only=True):
     ``below``). Rounds are numbered up from 0, so ``above`` holds only the few out of
     order."""
 
-    below: int = 0
-    above: list[int] = msgspec.field(default_factory=list)
+    below: fields.RoundCount = 0
+    above: Annotated[list[fields.RoundIndex], msgspec.Meta(max_length=fields.ROUNDS_MAX)] = (
+        msgspec.field(default_factory=list)
+    )
 
     def __contains__(self, index: int) -> bool:
         if index < self.below:

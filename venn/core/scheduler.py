@@ -85,9 +85,6 @@ class Scheduler:
         self.active_devices: dict[Hashable, tuple[str, int]] = {}
         self.open = OpenJobs(self.num_tiers, policy.ordering == "key")
         self._compiler = TableCompiler(self.num_tiers)
-        # Compile every row's candidates in preference order (``compile_ranked``): for
-        # check-in partitions that pass over a job they hold no lease quota for.
-        self.ranked = False
         self._table = empty_table(0)
         self._dirty = True
         self._replan = True
@@ -587,7 +584,6 @@ class Scheduler:
             policy.replan(view)
             self.replans += 1
         self.compiles += 1
-        compile_table = self._compiler.compile_ranked if self.ranked else self._compiler.compile
-        self._table = compile_table(open_jobs, len(self.by_idx), policy, view)
+        self._table = self._compiler.compile(open_jobs, len(self.by_idx), policy, view)
         self._dirty = False
         self._replan = False

@@ -10,29 +10,35 @@ stores ``msgspec.to_builtins`` of one and gives it back to ``decode_snapshot``.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
+from venn import fields
 from venn.core.model import JobSpec, Requirement
 from venn.core.round_cursor import RoundCursor
 from venn.core.scheduler import Scheduler
 from venn.core.state import JobState
 
 SNAPSHOT_VERSION = 1
+HISTORY = 10
+"""Recent round delays and response times a job keeps."""
 
 
 class SpecSnapshot(msgspec.Struct, kw_only=True, frozen=True):
-    job_id: str
-    requirement: dict[str, float]
-    demand: int
-    rounds: int
-    deadline: float
-    arrival: float
-    workload_s: float
-    success_ratio: float
-    tier: int
-    template: int
+    """Bounded as the events it comes from (`venn.fields`): a stored row is input too, and
+    one out of range (demand 2^63) failed every later check-in batch (issue 26)."""
+
+    job_id: fields.Id
+    requirement: fields.Attrs
+    demand: fields.Demand
+    rounds: fields.Rounds
+    deadline: fields.PosDuration
+    arrival: fields.Timestamp
+    workload_s: fields.Duration
+    success_ratio: fields.Ratio
+    tier: fields.SignedIndex
+    template: fields.SignedIndex
 
 
 class JobSnapshot(msgspec.Struct, kw_only=True, frozen=True):
@@ -40,23 +46,23 @@ class JobSnapshot(msgspec.Struct, kw_only=True, frozen=True):
 
     version: int = SNAPSHOT_VERSION
     spec: SpecSnapshot
-    registered_at: float
-    rounds_done: int
-    attempts: int
-    round_index: int
+    registered_at: fields.Timestamp
+    rounds_done: fields.RoundCount
+    attempts: fields.RoundCount
+    round_index: fields.SignedIndex
     round_open: bool
-    demand: int
-    remaining: int
-    requested_at: float
-    filled_at: float | None
-    tier: int | None
-    assigned: int
-    service: int
-    devices: list[str]
+    demand: fields.Count
+    remaining: fields.Count
+    requested_at: fields.Timestamp
+    filled_at: fields.Timestamp | None
+    tier: fields.SignedIndex | None
+    assigned: fields.Count
+    service: fields.Total
+    devices: Annotated[list[fields.Id], msgspec.Meta(max_length=fields.DEMAND_MAX)]
     """The devices holding an assignment of the open round (the owner's; a replica's
     check-in partitions keep their own)."""
-    sched_delays: list[float]
-    response_times: list[float]
+    sched_delays: Annotated[list[fields.Delay], msgspec.Meta(max_length=HISTORY)]
+    response_times: Annotated[list[fields.Duration], msgspec.Meta(max_length=HISTORY)]
     rounds: RoundCursor | None = None
     """The job's round cursor; None in a row stored before it was kept (its cursor is then
     that of rounds requested and closed in order up to ``round_index``)."""
@@ -166,8 +172,8 @@ def _write_round(js: JobState, data: JobSnapshot) -> None:
     js.tier = data.tier
     js.assigned = data.assigned
     js.service = data.service
-    js.sched_delays = deque(data.sched_delays, maxlen=10)
-    js.response_times = deque(data.response_times, maxlen=10)
+    js.sched_delays = deque(data.sched_delays, maxlen=HISTORY)
+    js.response_times = deque(data.response_times, maxlen=HISTORY)
 
 
 def sync_job(scheduler: Scheduler, data: JobSnapshot, now: float) -> None:

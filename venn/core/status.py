@@ -22,6 +22,7 @@ import numpy as np
 
 from venn.core.dispatch import DispatchTable
 from venn.core.scheduler import Scheduler
+from venn.events import InvalidEvent
 
 WaitReason = Literal["no_eligible_supply", "group_starved", "outranked"]
 
@@ -181,6 +182,14 @@ def encode_status(status: SchedulerStatus) -> bytes:
     return _encoder.encode(status)
 
 
-def decode_status(raw: bytes) -> SchedulerStatus:
-    """The snapshot in ``raw``; msgspec.ValidationError/DecodeError if it is not one."""
-    return _decoder.decode(raw)
+def decode_status(raw: bytes | None) -> SchedulerStatus:
+    """The snapshot in ``raw``; `InvalidEvent` (only) if it is not one: what a bad record of
+    venn.status is dead-lettered and skipped for."""
+    if not raw:
+        raise InvalidEvent("empty", "message has no value")
+    try:
+        return _decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise InvalidEvent("wrong_type", f"not a scheduler status ({exc})") from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidEvent("not_json", f"not valid UTF-8 JSON ({exc})") from None

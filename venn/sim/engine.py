@@ -55,7 +55,7 @@ step_first: _Kernel = kernels.step_first
 step_uniform: _Kernel = kernels.step_uniform
 commit: _Kernel = kernels.commit
 
-_CLOSE, _DEADLINE, _ARRIVAL, _REQUEST, _MESSAGE = 0, 1, 2, 3, 4
+_CLOSE, _DEADLINE, _ARRIVAL, _REQUEST = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,6 @@ class SimConfig:
     # read ``supply_delay_s`` later (the pipeline's gateways), not with the check-ins it sees.
     supply_report_s: float = 0.0
     supply_delay_s: float = 0.1
-    # Emulated check-in partitions sharing rounds by leases (venn.sim.partitioned);
-    # 1 is the single-worker path. Lease messages arrive ``lease_delay_s`` after sending.
-    partitions: int = 1
-    lease_delay_s: float = 0.5
 
 
 @dataclass
@@ -170,8 +166,6 @@ class Simulation:
                 self._request(job_id, t)
             elif kind == _REQUEST:
                 self._request(job_id, t)
-            elif kind == _MESSAGE:
-                self._deliver(attempt, t)
             else:
                 self._maybe_close(job_id, attempt, t, kind)
 
@@ -186,17 +180,6 @@ class Simulation:
         self.sched.request_round(job_id, attempt, t)
         self._live_of[idx] = lr
         self._push(rr.deadline_at, _DEADLINE, job_id, attempt)
-        self._round_opened(job_id, attempt, spec.demand, t)
-
-    # Hooks for a subclass that shares rounds between partitions (no-ops here).
-    def _round_opened(self, job_id: str, attempt: int, demand: int, t: float) -> None:
-        pass
-
-    def _round_closed(self, job_id: str, attempt: int) -> None:
-        pass
-
-    def _deliver(self, message: int, t: float) -> None:
-        raise NotImplementedError("no messages in a single-partition run")
 
     def _maybe_close(self, job_id: str, attempt: int, t: float, kind: int) -> None:
         lr = self.live.get(job_id)
@@ -214,7 +197,6 @@ class Simulation:
         rr.closed_at = t
         rr.succeeded = succeeded
         self.sched.close_round(job_id, attempt, t, succeeded, tiers, resp)
-        self._round_closed(job_id, attempt)
         del self.live[job_id]
         self._live_of[js.idx] = None
         rec = self.records[job_id]
@@ -465,7 +447,6 @@ class _Prepared:
         self.transfer = transfer
         self.time: list[float] = batch.time.tolist()
         self.tier_list: list[int] = tiers.tolist()
-        self.partition: list[int] = []  # each check-in's partition (partitioned runs)
         self._u: list[float] | None = None
         # The columns a compiled step reads (``venn.sim.kernels.commit``'s order).
         self.columns = (batch.time, batch.end, batch.noise, batch.comp, transfer, tiers)

@@ -12,9 +12,8 @@ import numpy as np
 
 from venn.core.capacity import TierModel, capacity_proxy
 from venn.core.model import JobSpec
-from venn.sim.engine import Mode, SimConfig, SimRun
+from venn.sim.engine import Mode, SimConfig, SimRun, Simulation
 from venn.sim.metrics import summarise
-from venn.sim.partitioned import make_simulation
 from venn.traces.checkins import CheckinSource, SyntheticTrace, load_trace
 from venn.traces.devices import load_device_profiles
 from venn.workloads import Workload, load_workload
@@ -38,8 +37,6 @@ class SimRequest:
     isolated: bool = True
     rounds_scale: float = 1.0
     arrival_scale: float | None = None  # None: same as rounds_scale (keeps the load shape)
-    partitions: int = 1  # emulated check-in partitions (venn.sim.partitioned)
-    lease_delay_s: float = 0.5
 
 
 def scale_jobs(
@@ -105,7 +102,7 @@ def run_jobs(
     """Run jobs over a fresh trace (``source_for(horizon)``)."""
     source = source_for(config.horizon_s)
     tiers = tier_model(source_for(DAY_S), config.num_tiers)
-    return make_simulation(jobs, source, load_device_profiles(), config, tiers).run()
+    return Simulation(jobs, source, load_device_profiles(), config, tiers).run()
 
 
 def isolated_jcts(
@@ -147,8 +144,6 @@ def simulate(req: SimRequest) -> dict[str, Any]:
         mode=req.mode,
         num_tiers=req.num_tiers,
         fairness_eps=req.fairness_eps,
-        partitions=req.partitions,
-        lease_delay_s=req.lease_delay_s,
     )
 
     def source_for(h: float) -> CheckinSource:

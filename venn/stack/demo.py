@@ -14,7 +14,6 @@ import dataclasses
 import shutil
 import tempfile
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from venn.broker.topics import prepare_topics
 from venn.core.model import JobSpec
 from venn.events import Event
 from venn.sdk.clock import TraceClock
-from venn.settings import Settings, run_dir_kafka_users, run_dir_secret
+from venn.settings import Settings, run_dir_database_password, run_dir_kafka_users, run_dir_secret
 from venn.stack.capture import read_topics
 from venn.stack.local import POSTGRES_DIR, service_env, wait_scheduler_ready
 from venn.stack.processes import (
@@ -43,6 +42,7 @@ from venn.stack.processes import (
     log_tail,
     start_service,
     stop_services,
+    worker_metric,
 )
 from venn.workloads import load_workload, resolve_workload
 
@@ -69,12 +69,7 @@ class DemoConfig:
     timeout_s: float = 600.0  # wall seconds before unfinished jobs are cancelled
     partitions: int = 4
     capture_topics: tuple[str, ...] = ()  # read back into DemoResult.events before teardown
-    workers: int = 1  # scheduler workers; more than one runs the leased mode
-    scheduler_mode: str = ""  # single | leased; empty: leased with 2+ workers, else single
-
-    @property
-    def mode(self) -> str:
-        return self.scheduler_mode or ("leased" if self.workers > 1 else "single")
+    workers: int = 1  # scheduler workers: one decides, the others are hot standbys
 
 
 @dataclass
@@ -97,7 +92,6 @@ class DemoResult:
     database_url: str = ""
     broker: str = ""  # "Apache Kafka 4.1.1 on 127.0.0.1:PORT"
     database: str = ""  # "PostgreSQL 18.6", or the URL given
-    scheduler_mode: str = "single"
     workers: dict[str, int] = field(default_factory=dict)
     """Scheduler worker -> check-ins it decided (read from its /metrics at the end; -1
     if it was no longer running)."""
@@ -133,7 +127,6 @@ class DemoResult:
             "fleet": self.fleet,
             "broker": self.broker,
             "database": self.database,
-            "scheduler_mode": self.scheduler_mode,
             "workers": self.workers,
         }
 
@@ -180,15 +173,8 @@ async def _wait_recorded(url: str, rounds: int, finished: int, timeout: float) -
 
 def _checkins_decided(port: int) -> int:
     """venn_scheduler_checkins_total of the worker on ``port``; -1 if it does not answer."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5.0) as resp:
-            body = resp.read().decode()
-    except OSError:
-        return -1
-    for line in body.splitlines():
-        if line.startswith("venn_scheduler_checkins_total "):
-            return int(float(line.split()[1]))
-    return -1
+    decided = worker_metric(port, "venn_scheduler_checkins_total")
+    return -1 if decided is None else int(decided)
 
 
 async def run_demo(
@@ -210,7 +196,11 @@ async def run_demo(
     # Apache Kafka signs every service in as its own principal, as under `venn up`.
     users = run_dir_kafka_users(run, security.PRINCIPALS, create=True) if kind == "kafka" else {}
     broker = local_broker(kind, run, users=users or None)
-    database = None if config.database_url else EmbeddedPostgres(run / POSTGRES_DIR)
+    database = (
+        None
+        if config.database_url
+        else EmbeddedPostgres(run / POSTGRES_DIR, password=run_dir_database_password(run))
+    )
     try:
         handles.phase = f"starting {kind}"
         await asyncio.to_thread(broker.start)
@@ -239,7 +229,6 @@ async def run_demo(
             )  # fmt: skip
         await prepare_topics(settings)
         await asyncio.to_thread(upgrade_database, db_url)
-        settings = settings.with_scheduler(mode=config.mode)
         handles.settings, handles.run_dir = settings, run
         for spec in default_services_for_demo(config.workers):
             role = "scheduler" if spec.name.startswith("scheduler") else spec.name
@@ -322,7 +311,6 @@ async def run_demo(
             database_url=db_url,
             broker=describe(broker.kind, broker.version, broker.bootstrap),
             database=database_description,
-            scheduler_mode=config.mode,
             workers=workers,
         )
     finally:

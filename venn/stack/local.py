@@ -26,12 +26,21 @@ from venn.broker.local import (
     start_detached,
     stop_detached,
 )
-from venn.broker.process import free_port, port_free, split_address, wait_listening
+from venn.broker.process import (
+    free_port,
+    port_free,
+    private_dir,
+    split_address,
+    tighten,
+    wait_listening,
+    write_private,
+)
 from venn.broker.topics import prepare_topics
 from venn.settings import (
     STACK_FIELDS,
     STACK_FILE,
     Settings,
+    run_dir_database_password,
     run_dir_kafka_users,
     run_dir_secret,
 )
@@ -157,7 +166,9 @@ def kafka_users(settings: Settings) -> dict[str, str]:
 
 def start_database(settings: Settings) -> tuple[Settings, str]:
     """VENN_DATABASE_URL when set, else the run dir's embedded PostgreSQL (started)."""
-    server = EmbeddedPostgres(settings.run_path / POSTGRES_DIR)
+    server = EmbeddedPostgres(
+        settings.run_path / POSTGRES_DIR, password=run_dir_database_password(settings.run_path)
+    )
     if settings.database_url and settings.database_url != server.url():
         return settings, make_url(settings.database_url).render_as_string(hide_password=True)
     server.start()
@@ -169,15 +180,14 @@ def up(
     settings: Settings, policy: str = "venn", seed: int = 0, wait: bool = True, workers: int = 1
 ) -> StackInfo:
     """Start (or reuse) the detached broker, database and services of ``settings.run_dir``
-    (``workers`` scheduler workers: more than one runs the leased mode); with ``wait``,
+    (``workers`` scheduler workers: one decides, the others are hot standbys); with ``wait``,
     return once the scheduler's consumer group is stable with them all."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
     settings = absolute(settings)
-    if workers > 1:
-        settings = settings.with_scheduler(mode="leased")
     run = settings.run_path
-    run.mkdir(parents=True, exist_ok=True)
+    private_dir(run)  # secrets, the broker's log (job tokens), the database: the owner's only
+    tighten(run)
     settings, broker_description = start_broker(settings)
     settings, database_description = start_database(settings)
     secret = settings.auth_secret or run_dir_secret(run, create=True)
@@ -226,7 +236,7 @@ def up(
         **worker_ports,
         "recorder": settings.recorder_port,
     }
-    (run / STACK_FILE).write_text(json.dumps({**record, "policy": policy}))
+    write_private(run / STACK_FILE, json.dumps({**record, "policy": policy}))
     return info
 
 

@@ -6,10 +6,18 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from venn.broker.process import pid_alive, terminate
+from venn.broker.process import (
+    PRIVATE_UMASK,
+    open_private_log,
+    pid_alive,
+    terminate,
+    write_private,
+)
 
 SERVICES_FILE = "services.json"
 
@@ -44,7 +52,7 @@ def _read(run_dir: Path) -> dict[str, int]:
 
 
 def _write(run_dir: Path, pids: dict[str, int]) -> None:
-    (run_dir / SERVICES_FILE).write_text(json.dumps(pids, indent=1))
+    write_private(run_dir / SERVICES_FILE, json.dumps(pids, indent=1))
 
 
 def running_services(run_dir: str | Path) -> dict[str, int]:
@@ -61,7 +69,7 @@ def start_service(
     """
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    with open(run / f"{spec.name}.log", "ab") as log:
+    with os.fdopen(open_private_log(run / f"{spec.name}.log"), "ab") as log:
         proc = subprocess.Popen(
             spec.command(),
             stdin=subprocess.DEVNULL,
@@ -70,6 +78,7 @@ def start_service(
             env={**os.environ, **env},
             cwd=run,
             start_new_session=detached,
+            umask=PRIVATE_UMASK,
         )
     pids = _read(run)
     pids[spec.name] = proc.pid
@@ -105,3 +114,36 @@ def log_tail(run_dir: str | Path, name: str, lines: int = 20) -> str:
 def default_services_for_demo(workers: int = 1) -> list[ServiceSpec]:
     """What a demo needs besides its in-process fleet and coordinators."""
     return [*(scheduler_spec(w) for w in range(1, workers + 1)), recorder_spec()]
+
+
+def worker_metric(port: int, name: str, host: str = "127.0.0.1") -> float | None:
+    """The unlabelled metric ``name`` of the scheduler worker whose web server is on
+    ``port``; None if the worker does not answer or has no such metric."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5.0) as resp:
+            body = resp.read().decode()
+    except OSError:
+        return None
+    for line in body.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
+
+
+def deciding_workers(ports: Mapping[str, int]) -> list[str]:
+    """The workers (name -> web port) that say they decide (``venn_scheduler_deciding``):
+    one in a settled group of any size."""
+    return [name for name, port in ports.items() if worker_metric(port, DECIDING) == 1.0]
+
+
+def settled_decider(ports: Mapping[str, int]) -> str | None:
+    """The decider of the workers ``ports`` (name -> web port) once every one of them
+    answers and exactly one decides; None before."""
+    states = {name: worker_metric(port, DECIDING) for name, port in ports.items()}
+    values = list(states.values())
+    if None in values or values.count(1.0) != 1 or values.count(0.0) != len(values) - 1:
+        return None
+    return next(name for name, state in states.items() if state == 1.0)
+
+
+DECIDING = "venn_scheduler_deciding"
