@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from services.devices.fleet import synthetic_source
-from venn.sim.engine import SimConfig, Simulation
 from venn.settings import GatewaySettings
+from venn.sim.engine import SimConfig, Simulation
 from venn.sim.runner import tier_model
 from venn.stack.demo import DemoConfig, run_demo
 from venn.traces.devices import load_device_profiles
