@@ -48,6 +48,8 @@ BENCHES = (
           "saturation (Kafka and Tansu)", None, "about 15 minutes (--quick: a few)"),
     Bench("failover_bench.py", "seconds from SIGKILL of the deciding scheduler worker to a "
           "standby's first assignment", None, "about 5 minutes"),
+    Bench("fleet_bench.py", "scheduler CPU per second against the emulated fleet's size (10k "
+          "to 10M devices, demand fixed)", None, "about 5 minutes"),
     Bench("gateway_bound_bench.py", "the gateway's answer bound on a starved machine", None,
           "about 3 minutes"),
     Bench("gateway_soak.py", "gateway memory over repeated check-in floods: leak or "
