@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.fleet_bench import checkin_rate, gateways_for, proc_cpu_s, ratio, spread
+from bench.fleet_bench import checkin_rate, fit_line, gateways_for, proc_cpu_s, ratio, spread
 
 
 def test_ten_million_devices_check_in_100k_times_a_second_at_the_peak() -> None:
@@ -47,7 +47,7 @@ def test_proc_stat_cpu_of_this_process_grows() -> None:
 
 
 @given(st.integers(0, 5000), st.integers(1, 200), st.integers(0, 2**32))
-def test_spread_keeps_every_checkin_and_is_even_when_many(total: int, cells: int, seed: int) -> None:
+def test_spread_keeps_every_checkin_even_when_many(total: int, cells: int, seed: int) -> None:
     counts = spread(total, cells, random.Random(seed))
     assert len(counts) == cells
     assert sum(counts) == total
@@ -58,3 +58,11 @@ def test_spread_keeps_every_checkin_and_is_even_when_many(total: int, cells: int
 def test_ratio() -> None:
     assert ratio([0.1, 0.15, 0.12]) == pytest.approx(1.5)
     assert ratio([0.0, 1.0]) == math.inf
+
+
+def test_fit_line_recovers_a_line_and_a_flat_one() -> None:
+    a, b = fit_line([1, 5, 50], [0.1 + 0.002 * g for g in (1, 5, 50)])
+    assert (a, b) == (pytest.approx(0.1), pytest.approx(0.002))
+    assert fit_line([3, 3], [1.0, 2.0]) == (pytest.approx(1.5), 0.0)
+    with pytest.raises(ValueError):
+        fit_line([], [])
