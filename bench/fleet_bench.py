@@ -92,6 +92,9 @@ GROUPS: tuple[dict[str, float], ...] = (
 )
 JOBS_PER_GROUP = 5
 DEMAND = 10
+OURS = "quota + supply reports"
+BASELINE = "every check-in forwarded"
+SPLIT = "quota / G per gateway (what-if)"
 
 
 # -- pure helpers (tests/pure/test_fleet_bench.py) ------------------------------------------
@@ -291,11 +294,16 @@ class Emulation:
                     gw._on_assignment(a)
         self.view.apply(event)
 
-    def open(self, count: int, fast_no: bool) -> None:
+    def open(self, count: int, fast_no: bool, quota: float | None = None) -> None:
         """``count`` emulated gateways (the previous ones retired: they stop reporting)."""
         self.retire()
         settings = dataclasses.replace(
-            self.settings, gateway=dataclasses.replace(self.settings.gateway, fast_no=fast_no)
+            self.settings,
+            gateway=dataclasses.replace(
+                self.settings.gateway,
+                fast_no=fast_no,
+                forward_quota=quota or self.settings.gateway.forward_quota,
+            ),
         )
         for i in range(count):
             gw = Gateway(settings)
@@ -444,14 +452,15 @@ async def measure_size(
     coordinator: Coordinator,
     devices: int,
     per_gateway: float,
-    fast_no: bool,
+    design: str,
     warmup_s: float,
     window_s: float,
     idle_cpu_per_s: float,
 ) -> dict[str, Any]:
     rate = checkin_rate(devices)
     count = gateways_for(rate, per_gateway)
-    emu.open(count, fast_no)
+    quota = emu.settings.gateway.forward_quota
+    emu.open(count, design != BASELINE, quota / count if design == SPLIT else None)
     fleet = Fleet(emu.gateways, rate, random.Random(devices), devices=devices)
     stop = asyncio.Event()
     feeder = asyncio.create_task(fleet.run(stop))
@@ -473,7 +482,7 @@ async def measure_size(
     checkins = checkins1 - checkins0
     result = {
         "devices": devices,
-        "design": "quota + supply reports" if fast_no else "every check-in forwarded",
+        "design": design,
         "gateways": count,
         "offered_per_s": round(rate, 1),
         "checkins_per_s": round(checkins / seconds, 1),
@@ -533,14 +542,16 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
             idle_s = time.monotonic() - wall0
             idle = (own_cpu_s() - own0) / idle_s
             sched_idle = (scheduler_cpu_s(worker.pid) - sched0) / idle_s
-            plan = [(d, True) for d in args.fleets]
+            plan = [(d, OURS) for d in args.fleets]
             if args.baseline:
-                plan += [(d, False) for d in args.fleets[:2]]
-            for devices, fast_no in plan:
+                plan += [(d, BASELINE) for d in args.fleets[:2]]
+            if args.split_quota:
+                plan += [(d, SPLIT) for d in args.fleets[-2:]]
+            for devices, design in plan:
                 rows.append(
                     await measure_size(
                         emu, worker.pid, admin, meter, coordinator, devices, args.per_gateway,
-                        fast_no, args.warmup, args.window, idle,
+                        design, args.warmup, args.window, idle,
                     )
                 )  # fmt: skip
         finally:
@@ -561,8 +572,8 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
 
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str, float]) -> str:
-    ours = [r for r in rows if r["design"] == "quota + supply reports"]
-    base = {r["devices"]: r for r in rows if r["design"] != "quota + supply reports"}
+    ours = [r for r in rows if r["design"] == OURS]
+    base = {r["devices"]: r for r in rows if r["design"] == BASELINE}
     sched = [r["scheduler_cpu_per_s"] for r in ours]
     got = ratio(sched) if sched else math.nan
     lines = [
@@ -657,6 +668,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="check-ins/s of one gateway process (sets the gateway count)")  # fmt: skip
     p.add_argument("--baseline", action="store_true",
                    help="also every check-in forwarded, at the two smallest sizes")  # fmt: skip
+    p.add_argument("--split-quota", action="store_true",
+                   help="also, at the two largest sizes, each gateway's quota divided by the "
+                   "gateway count (what a fleet-wide quota would forward)")  # fmt: skip
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
     started = time.time()
@@ -666,7 +680,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/fleet_bench.py" + "".join(
         f" --{k} {v}" for k, v, d in (("window", args.window, 20.0), ("warmup", args.warmup, 8.0))
         if v != d
-    ) + (" --baseline" if args.baseline else "")  # fmt: skip
+    ) + (" --baseline" if args.baseline else "") + (
+        " --split-quota" if args.split_quota else "")  # fmt: skip
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "machine": f"{platform.machine()} {platform.python_implementation()} "
