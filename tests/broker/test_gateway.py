@@ -599,7 +599,9 @@ async def test_schemathesis_finds_no_failure_and_the_pipeline_still_assigns(stac
     gateway's own OpenAPI document: no 5xx, every answer as documented, with and without
     authentication. Then a device is still assigned through the whole path."""
     cases, _ = await schemathesis(f"{stack.url}/openapi.json", 300)
-    assert cases >= 2000
+    # About 1,700-2,100 distinct cases: the ids' pattern (no invisible or bidi characters)
+    # leaves schemathesis fewer distinct strings to draw than it once had.
+    assert cases >= 1500
     assert stack.server.gateway.stats.internal_errors == 0
 
     # The authenticating gateway, fuzzed with an operator's token (so that generated

@@ -256,10 +256,14 @@ async def test_check_ins_the_broker_cannot_take_yet_are_answered_overloaded(
     device = f"dev-{uuid.uuid4().hex[:8]}"
     token = gateway.tokens.issue("device", device, ttl_s=600)
     gw.batcher.max_unsent = 0  # every batch counts as waiting for the broker
+    # No open round admits the device: only a gateway whose demand view is not ready yet
+    # forwards its check-in (a ready one answers it at once and sends nothing).
+    gw.view_ready = False
     try:
         status, body = await gateway.post("/v1/checkin", checkin_body(device), token)
     finally:
         gw.batcher.max_unsent = 64
+        gw.view_ready = True
     assert (status, body["reason"]) == (429, "overloaded"), body
     assert gw.stats.overloaded == 1 and gw.stats.kafka_errors == 0
     status, body = await gateway.post("/v1/checkin", checkin_body(device), token)

@@ -4,6 +4,7 @@ bound, is written to the real Postgres; every value past a bound is refused at d
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -18,7 +19,10 @@ from venn.events import InvalidEvent, JobRegistered, RoundClosed, decode
 
 # Unicode without control characters and surrogates: what Text and Id allow.
 TEXT_CHARS = st.characters(blacklist_categories=("Cc", "Cs"))
-ID_CHARS = st.characters(blacklist_categories=("Cc", "Cs", "Zs", "Zl", "Zp"))
+# Ids also refuse invisible and bidi-control characters (venn.fields): the Id pattern decides.
+ID_CHARS = st.characters(blacklist_categories=("Cc", "Cs", "Zs", "Zl", "Zp")).filter(
+    lambda c: re.fullmatch(fields._ID_PATTERN, c) is not None
+)
 
 
 def ids(max_size: int) -> st.SearchStrategy[str]:
