@@ -53,3 +53,16 @@ def test_the_feed_delivers_each_interval_after_its_delay() -> None:
     assert feed.reports == 1 and sched.supply.slot_counts(1).tolist() == [2.0]
     feed.deliver(2.3)
     assert feed.reports == 2 and sched.supply.slot_counts(1).tolist() == [4.0]
+
+
+def test_the_first_report_and_a_new_signature_replan() -> None:
+    sched = make_scheduler("venn", supply_reports=True)
+    low = sched.slot_of({"ram": 1.0})
+    sched.table(0.0)
+    replans = sched.replans
+    sched.observe_report("gw", np.array([low]), np.array([5.0]), 1.0, 1.0)
+    sched.table(1.0)
+    assert sched.replans == replans + 1  # the plan had no supply
+    sched.observe_report("gw", np.array([low]), np.array([5.0]), 1.0, 2.0)
+    sched.table(2.0)
+    assert sched.replans == replans + 1  # the same signatures: the plan holds

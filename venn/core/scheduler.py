@@ -460,12 +460,14 @@ class Scheduler:
     ) -> None:
         """Feed one gateway's supply report (``counts[i]`` check-ins of ``slots[i]``)."""
         assert isinstance(self.supply, ReportedSupply), "supply comes from the check-ins read"
+        first = self.supply.total_observed == 0
         self.supply.observe_report(source, slots, counts, interval_s, now)
-        if (
-            len(slots)
-            and int(self.index.signature_of_slot[slots].max()) >= self._table.counts.shape[0]
-        ):
-            self._mark(replan=True)  # a device signature the plan has not seen
+        if not len(slots):
+            return
+        if first or int(self.index.signature_of_slot[slots].max()) >= self._table.counts.shape[0]:
+            # The first supply seen (a plan made before it had none), or a device signature
+            # the plan has not seen.
+            self._mark(replan=True)
 
     def assign_many(self, idx: int, count: int, fill_time: float) -> None:
         """Account ``count`` assignments decided with the current table for job ``idx``.
