@@ -239,7 +239,6 @@ def test_every_service_counts_what_it_was_sent(stack: Settings) -> None:
     answered_at_once = gateway["venn_gateway_fast_no_total"] + gateway.get(
         "venn_gateway_enough_in_flight_total", 0
     )
-    assert gateway["venn_gateway_supply_reports_total"] >= 1
     forwarded = sent["checkins"] - answered_at_once
     scheduler = scrape(ports["scheduler"])
     assert scheduler["venn_scheduler_checkins_total"] == forwarded
