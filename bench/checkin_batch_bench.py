@@ -32,7 +32,6 @@ import json
 import math
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -51,6 +50,7 @@ from venn import events as ev  # noqa: E402
 from venn.checkin_columns import AttrsCache, checkin_columns  # noqa: E402
 from venn.core import make_scheduler  # noqa: E402
 from venn.core.model import JobSpec, Requirement  # noqa: E402
+from venn.report.provenance import git_commit  # noqa: E402
 from venn.settings import SchedulerSettings  # noqa: E402
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "checkin_batch.json"
@@ -274,16 +274,6 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
         **{k: round(statistics.median(r[k] for r in runs), 4) for k in COUNTS},
         "assigned": runs[0]["assigned"],
     }
-
-
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return git("rev-parse", "--short", "HEAD") + (" +changes" if dirty else "")
 
 
 def measure(n: int, repeats: int) -> dict[str, Any]:

@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +41,7 @@ from venn import events as ev  # noqa: E402
 from venn.broker import topics  # noqa: E402
 from venn.broker.local import local_broker  # noqa: E402
 from venn.broker.process import free_port  # noqa: E402
+from venn.report.provenance import git_commit  # noqa: E402
 from venn.settings import Settings  # noqa: E402
 from venn.stack.processes import DECIDING, settled_decider, worker_metric  # noqa: E402
 
@@ -53,16 +53,6 @@ PARTITIONS = 4
 WARM_ASSIGNMENTS = 20
 """Assignments the decider makes before it is killed."""
 TIMEOUT_S = 120.0
-
-
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return git("rev-parse", "--short", "HEAD") + (" +changes" if dirty else "")
 
 
 class Assignments:

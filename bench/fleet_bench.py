@@ -40,7 +40,6 @@ import os
 import platform
 import random
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,6 +66,7 @@ from venn.broker import topics  # noqa: E402
 from venn.broker.local import local_broker  # noqa: E402
 from venn.broker.process import free_port  # noqa: E402
 from venn.core.model import Requirement  # noqa: E402
+from venn.report.provenance import git_commit  # noqa: E402
 from venn.settings import Settings  # noqa: E402
 from venn.stack.processes import settled_decider  # noqa: E402
 
@@ -645,16 +645,6 @@ def write_doc(text: str) -> None:
     head, rest = doc.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
-
-
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return git("rev-parse", "--short", "HEAD") + (" +changes" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> int:
