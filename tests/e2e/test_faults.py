@@ -52,7 +52,8 @@ pytestmark = pytest.mark.e2e
 JOBS = 5
 KAFKA: dict[str, Any] = {}
 """The operator's (admin) Kafka options of the stack under test: it signs in with SASL."""
-KILL_EVERY_S = 12.0
+KILL_AT = (2, 5, 8, 11, 14, 17)
+"""Audited rounds before each kill and before the Kafka node's restart (the workload has 22)."""
 SPEEDUP = 20.0
 WORKLOAD = ("--workload", "demo", "--jobs", str(JOBS), "--seed", "3")
 
@@ -170,15 +171,19 @@ def test_every_job_finishes_through_kills_of_each_service(stack: Run) -> None:
     fleet = stack.fleet()
     coordinator = stack.coordinator()
     killed: list[str] = []
+    jobs = load_workload(resolve_workload("demo"), JOBS, 3).jobs
+    # Each kill waits for progress, not for time, so every kill lands while jobs still run.
+    assert KILL_AT[-1] < sum(job.rounds for job in jobs) - 2
+    kill_at = iter(KILL_AT)
 
     def during_the_workload(what: str) -> None:
-        time.sleep(KILL_EVERY_S)
+        rounds = next(kill_at)
+        wait_until(lambda: stack.rounds_audited() >= rounds, 240, f"{rounds} audited rounds")
         assert coordinator.poll() is None, f"the workload ended before {what} was killed"
         killed.append(what)
 
     try:
-        wait_until(lambda: stack.rounds_audited() >= 2, 240, "two audited rounds")
-        killed.append("coordinator")
+        during_the_workload("coordinator")
         coordinator.send_signal(signal.SIGKILL)
         coordinator.wait()
         coordinator = stack.coordinator()
@@ -188,7 +193,7 @@ def test_every_job_finishes_through_kills_of_each_service(stack: Run) -> None:
             stack.restart_service(name)
         during_the_workload("kafka node 2")
         stack.kill_kafka_node(2)
-        time.sleep(KILL_EVERY_S)  # the cluster serves on two nodes meanwhile
+        during_the_workload("kafka node 2's restart")  # the cluster serves on two nodes meanwhile
         stack.restart_kafka_node(2)
         assert coordinator.wait(timeout=900) == 0, (stack.logs / "coordinator.log").read_text()
     finally:
@@ -196,9 +201,11 @@ def test_every_job_finishes_through_kills_of_each_service(stack: Run) -> None:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
-    assert killed == ["coordinator", "scheduler", "recorder", "gateway", "kafka node 2"]
+    assert killed == [
+        "coordinator", "scheduler", "recorder", "gateway", "kafka node 2", "kafka node 2's restart"
+    ]  # fmt: skip
 
-    job_ids = [j.job_id for j in load_workload(resolve_workload("demo"), JOBS, 3).jobs]
+    job_ids = [j.job_id for j in jobs]
     captured = asyncio.run(
         read_topics(
             stack.settings.broker,
