@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.scheduler.state import SchedulerState, uniform_of  # noqa: E402
+from services.scheduler.store import MemoryStore  # noqa: E402
 from venn import events as ev  # noqa: E402
 from venn.checkin_columns import AttrsCache, checkin_columns  # noqa: E402
 from venn.core import make_scheduler  # noqa: E402
@@ -120,7 +121,7 @@ class Worker:
     def __init__(self) -> None:
         self.config = SchedulerSettings(policy="venn")
         self.jobs, self.rounds = CountingTable(), CountingTable()
-        self.state = SchedulerState(self.config, self.jobs, self.rounds)
+        self.state = SchedulerState(self.config, MemoryStore(self.jobs, self.rounds))
         self.state.ensure_loaded(time.time())
 
     def counts(self) -> tuple[int, int]:

@@ -44,7 +44,7 @@ from services.scheduler.letters import WrittenLetters
 from services.scheduler.stall import StallWatch
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
-from services.scheduler.tables import RowTable
+from services.scheduler.tables import FaustStore
 from venn import events as ev
 from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
@@ -142,12 +142,6 @@ def create_app(settings: Settings | None = None) -> faust.App:
         datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data-{web_port}"),
     )
     partitions = settings.topic_partitions
-    jobs_table, rounds_table = (
-        RowTable(app, name=name, key_type=str, partitions=partitions, beacon=app.tables.beacon)
-        for name in ("jobs", "round")
-    )
-    app.tables.add(jobs_table)
-    app.tables.add(rounds_table)
 
     def raw_topic(name: str) -> faust.TopicT:
         return app.topic(name, key_serializer="raw", value_serializer="raw")
@@ -167,7 +161,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
     def owned_partitions() -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topics.JOBS}
 
-    state = SchedulerState(config, jobs_table, rounds_table, owned_partitions)
+    state = SchedulerState(config, FaustStore.create(app, partitions, owned_partitions))
     app.scheduler_state = state  # type: ignore[attr-defined]
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """The scheduler worker's state machine: decoded events in, core calls, table rows and
 assignments out. No Kafka here; the Faust app feeds it and publishes what it returns.
 
-Durable state lives in two tables (Faust tables with changelogs in production):
+Durable state lives in a scheduler store (`services.scheduler.store`; Faust tables with
+changelogs in production), in two kinds of rows:
 - ``jobs``: job_id -> row = core snapshot (``venn.core.snapshot``) + ``partition`` (the
   job's partition) + ``removed`` (tombstone, so replays cannot resurrect a job). Written
   on job and round events only: registered, round requested, round closed, removed.
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ from services.scheduler.rows import (
     TierResult,
     decode_round_row,
 )
+from services.scheduler.store import Row, SchedulerStore
 from services.scheduler.tables import readable
 from venn import events as ev
 from venn.broker.stream import Refused
@@ -60,8 +61,6 @@ from venn.core.supply import SlotCounts
 from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
-
-Row = dict[str, Any]
 
 
 DIRECT_SOURCE = "direct"
@@ -93,14 +92,10 @@ class SchedulerState:
     def __init__(
         self,
         config: SchedulerSettings,
-        jobs: MutableMapping[str, Any],
-        rounds: MutableMapping[str, Any],
-        owned_partitions: Callable[[], Collection[int] | None] = lambda: None,
+        store: SchedulerStore,
     ) -> None:
         self.config = config
-        self.jobs = jobs
-        self.rounds_table = rounds
-        self.owned_partitions = owned_partitions
+        self.store = store
         self.recent = RecentIds(config.dedupe_window)
         self.core = self._new_core()
         self.removed: set[str] = set()
@@ -156,7 +151,6 @@ class SchedulerState:
     def ensure_loaded(self, now: float) -> None:
         if self.loaded:
             return
-        owned = self.owned_partitions()
         self.core = self._new_core()
         self.removed.clear()
         self.rows.clear()
@@ -167,13 +161,11 @@ class SchedulerState:
         self.sent_bytes = 0
         self.last_seen.clear()
         self.expiring.clear()
-        # The memory store keeps rows of revoked partitions: take only the owned ones.
-        for job_id, row in list(self.jobs.items()):
+        for job_id, row in self.store.job_rows():
             if not readable(job_id, row):
                 self._unreadable("jobs", job_id)
                 continue
-            if owned is not None and row.get("partition") not in owned:
-                continue
+            assert isinstance(job_id, str) and isinstance(row, dict)
             try:
                 if row.get("removed"):
                     self.removed.add(job_id)
@@ -188,10 +180,11 @@ class SchedulerState:
             self.rows[job_id] = row
             self.last_seen[job_id] = now  # silence is counted from the rebuild
         rows: list[tuple[str, Row]] = []
-        for key, row in list(self.rounds_table.items()):
+        for key, row in self.store.round_rows():
             if not readable(key, row):
                 self._unreadable("round", key)
-            elif owned is None or row.get("partition") in owned:
+            else:
+                assert isinstance(key, str) and isinstance(row, dict)
                 rows.append((key, row))
         # Assignments before results: a result releases a device its assignment made busy.
         rows.sort(key=lambda kv: not kv[0].startswith("a:"))
@@ -258,7 +251,7 @@ class SchedulerState:
         elif "core" in old:
             row["core"] = old["core"]
         self.rows[job_id] = row
-        self.jobs[job_id] = row
+        self.store.put_job(job_id, row)
         return row
 
     def _end_round_rows(self, job_id: str) -> None:
@@ -268,8 +261,7 @@ class SchedulerState:
         ledger = self.ledgers.pop(job_id, None)
         if ledger is None:
             return
-        for key in ledger.keys:
-            self.rounds_table.pop(key, None)
+        self.store.delete_rounds(ledger.keys)
         active = self.core.active_devices
         for device in ledger.tiers:
             if device not in active:
@@ -412,7 +404,7 @@ class SchedulerState:
             device=event.device_id,
             result=result,
         )
-        self.rounds_table[key] = msgspec.to_builtins(row)
+        self.store.put_round(key, msgspec.to_builtins(row))
 
     # -- venn.checkins -----------------------------------------------------------------
     def on_checkin(self, event: ev.Event, now: float) -> ev.Assignment | None:
@@ -671,7 +663,7 @@ class SchedulerState:
             row = AssignmentsRow(
                 partition=partition, job=event.job_id, round=js.round_index, items=entries
             )
-            self.rounds_table[key] = msgspec.to_builtins(row)
+            self.store.put_round(key, msgspec.to_builtins(row))
         stored = self.snapshots.get(event.job_id)
         if stored is None or stored.tier != js.tier:
             # The core lifted the round's tier restriction when a competitor opened a

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.scheduler.state import SchedulerState
+from services.scheduler.store import MemoryStore
 from venn import events as ev
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
 from venn.core import make_scheduler
@@ -183,7 +184,9 @@ def open_round_state(
 ) -> SchedulerState:
     """A fifo worker's state with job "j" (ram >= 4) registered and its round 0 open."""
     config = SchedulerSettings(policy="fifo")
-    s = SchedulerState(config, {} if jobs is None else jobs, {} if rounds is None else rounds)
+    s = SchedulerState(
+        config, MemoryStore({} if jobs is None else jobs, {} if rounds is None else rounds)
+    )
     s.ensure_loaded(NOW)
     registered = ev.JobRegistered(
         event_id="reg", time=NOW, job_id="j", requirement={"ram": 4.0}, demand=demand,
@@ -249,7 +252,7 @@ def test_dead_ids_do_not_reach_the_columns() -> None:
 def test_unread_batches_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     from services.scheduler import state as state_module
 
-    s = SchedulerState(SchedulerSettings(policy="fifo"), {}, {})
+    s = SchedulerState(SchedulerSettings(policy="fifo"), MemoryStore())
     batches = [
         ev.AssignmentBatch(event_id=f"asgb:{i}", time=NOW, job_id="j", assignments=[])
         for i in range(3)
