@@ -214,6 +214,17 @@ def restore_progress(app: faust.App) -> dict[TP, tuple[int | None, int]]:
     }
 
 
+def recovered(app: faust.App) -> bool:
+    """Has ``app`` restored its tables since its last assignment?"""
+    recovery = app.tables.recovery  # type: ignore[attr-defined]
+    return bool(recovery.completed.is_set())
+
+
+def owned_partitions(app: faust.App, topic: str) -> set[int]:
+    """The partitions of ``topic`` assigned to ``app``'s consumer now."""
+    return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
+
+
 OUTPUT_MAX_BATCH_BYTES = 1 << 20
 OUTPUT_LINGER_MS = 1
 
