@@ -11,7 +11,7 @@ from Faust and Kafka:
   one AssignmentBatch per job, `encode`; read-back: strict decode of each AssignmentBatch
   and `on_assignment`.
 - *columnar*: `venn.checkin_columns.checkin_columns`, `SchedulerState.on_checkin_batch`
-  (the core's `Scheduler.checkin_batch`), `encode`; read-back: `own_output` (the bytes it
+  (the core's `Scheduler.checkin_batch`), `encode`; read-back: `SentBatches.take` (the bytes it
   sent) and `on_assignment`.
 
 Each path also counts table rows written per check-in (each a changelog record in the
@@ -194,8 +194,8 @@ def run_path(path: str, messages: list[bytes], jobs: int, attr: str) -> dict[str
             if path == "item_by_item":
                 back = ev.decode(value, allowed_back)
             else:
-                state.sent_output(event, value)
-                back = state.own_output(value) or ev.decode(value, allowed_back)
+                state.sent.add(event, value)
+                back = state.sent.take(value) or ev.decode(value, allowed_back)
             state.on_assignment(back, partition_of(event.job_id), now)
             state.recent.add(back.event_id)
             made += len(event.assignments)

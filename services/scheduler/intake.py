@@ -72,7 +72,7 @@ class Intake:
         if topic == topics.CHECKINS:
             self.quick = partial(checkin_columns, cache=attrs_cache, max_bytes=max_bytes)
         elif topic == topics.ASSIGNMENTS:
-            self.quick = state.own_output
+            self.quick = state.sent.take
 
     def __call__(self, record: Record) -> Outcome:
         now = time.time()

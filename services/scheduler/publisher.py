@@ -36,7 +36,7 @@ class Publisher:
         key, value = message(topics.ASSIGNMENTS, out)
         self.send(topics.ASSIGNMENTS, key, value)
         if isinstance(out, ev.AssignmentBatch):
-            self.state.sent_output(out, value)
+            self.state.sent.add(out, value)
             metrics.ASSIGNMENTS.inc(len(out.assignments))
         else:
             metrics.ASSIGNMENTS.inc()

@@ -47,6 +47,7 @@ from services.scheduler.rows import (
     TierResult,
     decode_round_row,
 )
+from services.scheduler.sent import SentBatches
 from services.scheduler.store import Row, SchedulerStore
 from services.scheduler.tables import readable
 from venn import events as ev
@@ -66,10 +67,6 @@ log = logging.getLogger(__name__)
 DIRECT_SOURCE = "direct"
 """The supply source of check-ins no gateway counted."""
 DIRECT_REPORT_S = 1.0
-SENT_MAX_BYTES = 32 << 20
-"""Bytes of published assignment batches kept until read back (about 800 batches of 128)."""
-SENT_PREFIX = b'{"type":"assignment_batch",'
-SENT_ID = b'"event_id":"'
 
 
 @dataclass
@@ -114,9 +111,7 @@ class SchedulerState:
         self.last_seen: dict[str, float] = {}
         """Live job -> when its coordinator last said anything (this worker's clock)."""
         self.expiring: set[str] = set()
-        self.sent: dict[str, tuple[bytes, ev.AssignmentBatch]] = {}
-        """Assignment batches published and not yet read back: id -> (bytes, event)."""
-        self.sent_bytes = 0
+        self.sent = SentBatches()
         self.loaded = False
         self.supply_reports = 0
 
@@ -158,7 +153,6 @@ class SchedulerState:
         self.ledgers.clear()
         self.decided.clear()
         self.sent.clear()
-        self.sent_bytes = 0
         self.last_seen.clear()
         self.expiring.clear()
         for job_id, row in self.store.job_rows():
@@ -592,41 +586,6 @@ class SchedulerState:
             )
         )
         return [AssignedItem(*item) for item in zip(ids, devices, tiers, active, strict=True)]
-
-    def sent_output(self, event: ev.AssignmentBatch, value: bytes) -> None:
-        """An assignment batch was published as ``value``: its read-back needs no decode."""
-        sent = self.sent
-        while sent and self.sent_bytes + len(value) > SENT_MAX_BYTES:
-            # Not read back (partitions moved, or far behind): oldest first; its read-back
-            # is then decoded strictly.
-            old, _ = sent.pop(next(iter(sent)))
-            self.sent_bytes -= len(old)
-        previous = sent.pop(event.event_id, None)
-        if previous is not None:
-            self.sent_bytes -= len(previous[0])
-        sent[event.event_id] = (value, event)
-        self.sent_bytes += len(value)
-
-    def own_output(self, raw: bytes | None) -> ev.AssignmentBatch | None:
-        """The batch this worker published, if ``raw`` is exactly its bytes (read back on
-        the job's partition); None: decode ``raw`` strictly."""
-        if not raw or not raw.startswith(SENT_PREFIX):
-            return None
-        # The batch's own id follows its assignments: the last "event_id" in the bytes.
-        start = raw.rfind(SENT_ID)
-        end = raw.find(b'"', start + len(SENT_ID)) if start >= 0 else -1
-        if end < 0:
-            return None
-        try:
-            event_id = raw[start + len(SENT_ID) : end].decode()
-        except UnicodeDecodeError:
-            return None
-        found = self.sent.get(event_id)
-        if found is None or found[0] != raw:
-            return None
-        del self.sent[event_id]
-        self.sent_bytes -= len(raw)
-        return found[1]
 
     def on_assignment(self, event: ev.Event, partition: int, now: float) -> int:
         """Account an Assignment or an AssignmentBatch: one row in the ``round`` table.
