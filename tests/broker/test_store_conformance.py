@@ -31,10 +31,13 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from services.scheduler.state import SchedulerState
 from services.scheduler.store import MemoryStore
 from tests.broker.store_probe import Op, apply_op
+from venn import events as ev
 from venn.broker.process import free_port
 from venn.broker.topics import changelog_topic, ensure_topics
+from venn.settings import SchedulerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
@@ -292,6 +295,75 @@ class StoreConformance:
         assert _mine(after[0], prefix) == _mine(before[0], prefix)
         assert _mine(after[1], f"a:{prefix}") == _mine(before[1], f"a:{prefix}")
         assert after == before, "rows of other tests changed across the restore"
+
+    async def test_a_state_rebuilt_from_the_rows_read_back_decides_as_before(
+        self, driver: StoreDriver, prefix: str
+    ) -> None:
+        first = worked_state(prefix)
+        assert isinstance(first.store, MemoryStore)
+        ops = [put("put_job", k, r) for k, r in first.store.jobs.items()]
+        ops += [put("put_round", k, r) for k, r in first.store.rounds.items()]
+        await driver.write(ops)
+        if driver.durable:
+            await driver.kill_and_restore()
+        jobs, rounds = await driver.read()
+        of_mine = {k: r for k, r in rounds.items() if str(r.get("job")).startswith(prefix)}
+        rebuilt = SchedulerState(first.config, MemoryStore(_mine(jobs, prefix), of_mine))
+        rebuilt.ensure_loaded(time.time())
+        assert rebuilt.unreadable_rows == 0
+        assert core_view(rebuilt) == core_view(first)
+        assert core_view(first)["busy"], "the round holds devices: a rebuild has work to do"
+
+
+def worked_state(prefix: str) -> SchedulerState:
+    """A worker's state after a round's assignments and results, on a `MemoryStore`:
+    the rows a real worker writes."""
+    now = time.time()
+    state = SchedulerState(SchedulerSettings(policy="fifo"), MemoryStore())
+    state.ensure_loaded(now)
+    for p in range(PARTITIONS):
+        job = f"{prefix}j{p}"
+        state.on_job_event(
+            ev.JobRegistered(
+                event_id=f"reg-{job}", time=now, job_id=job, requirement={"ram": 4.0},
+                demand=3, rounds=2, deadline_s=600, workload_s=5,
+            ),
+            p,
+            now,
+        )  # fmt: skip
+        rr = ev.RoundRequested(event_id=f"rr-{job}", time=now, job_id=job, round_index=0, demand=3)
+        state.on_job_event(rr, p, now)
+    checkins = [
+        ev.DeviceCheckin(
+            event_id=f"c{i}", time=now, device_id=f"{prefix}d{i}", attrs={"ram": 8.0},
+            speed_ms_per_sample=60.0, bandwidth_kbps=12000.0,
+        )
+        for i in range(5)
+    ]  # fmt: skip
+    for out in state.on_checkin_batch(
+        ev.CheckinBatch(event_id="b", time=now, checkins=checkins), now
+    ):
+        assert isinstance(out, ev.AssignmentBatch)
+        state.on_assignment(out, int(out.job_id[-1]), now)
+    first = state.core.jobs[f"{prefix}j0"]
+    device = next(d for d, (job, _) in state.core.active_devices.items() if job == f"{prefix}j0")
+    result = ev.DeviceResult(
+        event_id="res", time=now, job_id=f"{prefix}j0", round_index=first.round_index,
+        device_id=str(device), ok=True, response_time_s=7.0,
+    )  # fmt: skip
+    state.on_result(result, 0, now)
+    return state
+
+
+def core_view(state: SchedulerState) -> dict[str, Any]:
+    """What a rebuild must give back: each job's round and demand, and the busy devices."""
+    return {
+        "jobs": {
+            j: (js.round_index, js.round_open, js.remaining, js.assigned)
+            for j, js in state.core.jobs.items()
+        },
+        "busy": dict(state.core.active_devices),
+    }
 
 
 def put(kind: str, key: str, row: dict[str, Any]) -> Op:
