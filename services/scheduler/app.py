@@ -22,6 +22,12 @@ sees every check-in and every job (the invariants hold as with one worker), and 
 others standbys of the tables' changelogs; when the decider dies its session expires
 (`Settings.scheduler_session_timeout`), the group rebalances and a standby becomes the
 decider, restores the tables and resumes from the committed offsets.
+
+`create_app` only wires the units: the state (`state.SchedulerState`) over the scheduler
+store (`store`, the Faust one in `tables`), one `intake.Intake` per input topic with its
+handler (`handlers`), the `publisher`, the timers (`expiry`, `status`, the stall guard of
+`stall`) and the pages (`web`). Faust's consumer is reached only through
+`venn.broker.faust_adapter`.
 """
 
 from __future__ import annotations
