@@ -11,7 +11,7 @@ from Faust and Kafka:
   one AssignmentBatch per job, `encode`; read-back: strict decode of each AssignmentBatch
   and `on_assignment`.
 - *columnar*: `venn.checkin_columns.checkin_columns`, `SchedulerState.on_checkin_batch`
-  (the core's `Scheduler.checkin_batch`), `encode`; read-back: `own_output` (the bytes it
+  (the core's `Scheduler.checkin_batch`), `encode`; read-back: `SentBatches.take` (the bytes it
   sent) and `on_assignment`.
 
 Each path also counts table rows written per check-in (each a changelog record in the
@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.scheduler.state import SchedulerState, uniform_of  # noqa: E402
+from services.scheduler.store import MemoryStore  # noqa: E402
 from venn import events as ev  # noqa: E402
 from venn.checkin_columns import AttrsCache, checkin_columns  # noqa: E402
 from venn.core import make_scheduler  # noqa: E402
@@ -120,7 +121,7 @@ class Worker:
     def __init__(self) -> None:
         self.config = SchedulerSettings(policy="venn")
         self.jobs, self.rounds = CountingTable(), CountingTable()
-        self.state = SchedulerState(self.config, self.jobs, self.rounds)
+        self.state = SchedulerState(self.config, MemoryStore(self.jobs, self.rounds))
         self.state.ensure_loaded(time.time())
 
     def counts(self) -> tuple[int, int]:
@@ -193,8 +194,8 @@ def run_path(path: str, messages: list[bytes], jobs: int, attr: str) -> dict[str
             if path == "item_by_item":
                 back = ev.decode(value, allowed_back)
             else:
-                state.sent_output(event, value)
-                back = state.own_output(value) or ev.decode(value, allowed_back)
+                state.sent.add(event, value)
+                back = state.sent.take(value) or ev.decode(value, allowed_back)
             state.on_assignment(back, partition_of(event.job_id), now)
             state.recent.add(back.event_id)
             made += len(event.assignments)

@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from services.scheduler.state import SchedulerState  # noqa: E402
+from services.scheduler.store import MemoryStore  # noqa: E402
 from venn import events as ev  # noqa: E402
 from venn.settings import SchedulerSettings  # noqa: E402
 
@@ -44,7 +45,7 @@ def fill(jobs: int, demand: int) -> dict[str, Any]:
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    state = SchedulerState(SchedulerSettings(policy="venn"), jobs_table, rounds_table)
+    state = SchedulerState(SchedulerSettings(policy="venn"), MemoryStore(jobs_table, rounds_table))
     state.ensure_loaded(now)
     for j in range(jobs):
         job_id = f"job-{j:05d}"

@@ -21,9 +21,20 @@ partitions recovery is waiting for, by recovery's offsets.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from services.scheduler import metrics
+from venn.broker.faust_adapter import FaustPartitions, Part
+from venn.broker.health import BrokerWatch
+
+log = logging.getLogger(__name__)
+
 DEFAULT_STALL_S = 30.0
+GUARD_INTERVAL_S = 5.0
 
 
 @dataclass
@@ -58,3 +69,104 @@ class StallWatch:
             for (topic, partition), (_, since) in self._moved.items()
             if now - since >= self.stall_s
         )
+
+
+class StallGuard:
+    """Every `GUARD_INTERVAL_S`: the lag of each input partition, the two watches (inputs,
+    and changelogs while restoring), and the remedies of the module doc."""
+
+    def __init__(
+        self, partitions: FaustPartitions, inputs: Collection[str], broker: BrokerWatch
+    ) -> None:
+        self.partitions = partitions
+        self.inputs = inputs
+        self.broker = broker
+        self.stalls = StallWatch()
+        self.restoring = StallWatch()
+        """Changelog partitions while the worker restores its tables."""
+        self.refetched: set[Part] = set()
+        self.reread: set[Part] = set()
+
+    async def check(self) -> None:
+        parts = self.partitions
+        available = self.broker.available
+        now = time.monotonic()
+        assigned = parts.assigned(self.inputs)
+        # Nothing is read while the broker is away: that is an outage (/healthz says so),
+        # not a stall; the watch starts afresh once the broker is back.
+        self.stalls.forget_all_but(set(assigned) if available else set())
+        # A partition the client has not fetched since it was assigned has no high
+        # watermark yet: ask the broker, else a partition never fetched is never seen as
+        # stalled.
+        ends: dict[Part, int] = {}
+        with contextlib.suppress(Exception):
+            unfetched = [part for part in assigned if parts.highwater(part) is None]
+            if unfetched and available:
+                ends = await parts.end_offsets(unfetched)
+        for part in assigned:
+            # What the agents accounted for, not what Faust read (issue 25).
+            position = parts.next_offset(part)
+            with contextlib.suppress(Exception):
+                high = parts.highwater(part)
+                high = ends[part] if high is None else high
+                if position is None:  # not begun: nothing committable either
+                    continue
+                behind = max(0, high - position)
+                metrics.LAG.labels(part[0], str(part[1])).set(behind)
+                if available:
+                    self.stalls.observe(*part, position, behind, now)
+        stalled = self.stalls.stalled(now)
+        recovering = parts.in_recovery
+        if recovering and available:
+            for part, (offset, behind) in parts.restoring().items():
+                # Re-read from the last record restored (the start before the first).
+                position = max(0, offset) if offset is not None else 0
+                self.restoring.observe(*part, position, behind, now)
+        else:
+            self.restoring.forget_all_but(set())
+        stuck = self.restoring.stalled(now)
+        metrics.STALLED.set(len(stalled) + len(stuck))
+        if stalled and not recovering:
+            await self._unstall(stalled, self.stalls, self.refetched)
+        if stuck:
+            # A changelog partition that recovery waits for and reads nothing of would
+            # hold every stream: the same remedy as for an input.
+            await self._unstall(stuck, self.restoring, self.reread)
+
+    async def _unstall(
+        self, stalled: list[tuple[str, int, float]], watch: StallWatch, refetched: set[Part]
+    ) -> None:
+        """A partition Faust left out of its fetch set is put back; one it fetches but
+        delivers nothing of is fetched again from where the watch saw it stop (an input's
+        lowest offset not handled, a changelog's restored offset); one still stalled after
+        twice the stall time stops the worker, which resumes from its committed offsets
+        once restarted."""
+        parts = self.partitions
+        assigned = set(parts.assigned())
+        refetched.intersection_update((t, p) for t, p, _ in stalled)
+        for topic, partition, seconds in stalled:
+            part = (topic, partition)
+            if part not in assigned:  # revoked meanwhile
+                continue
+            state = parts.fetch_state(part)
+            log.error(
+                "%s[%d] has records waiting and none handled for %.0f s (fetched: %s, "
+                "paused: %s, buffered: %s)",
+                topic,
+                partition,
+                seconds,
+                state.fetched,
+                state.paused,
+                state.buffered,
+            )
+            if not state.fetched:
+                parts.resume_fetching(part)
+                metrics.STALL_RESUMED.inc()
+            elif part not in refetched:
+                offset = watch.position(topic, partition)
+                if offset is not None:
+                    refetched.add(part)
+                    await parts.seek(part, offset)
+                    metrics.STALL_REFETCHED.inc()
+            elif seconds >= 2 * watch.stall_s:
+                await parts.crash(RuntimeError(f"{topic}[{partition}] unread for {seconds:.0f} s"))

@@ -1,7 +1,8 @@
 """The scheduler worker's state machine: decoded events in, core calls, table rows and
 assignments out. No Kafka here; the Faust app feeds it and publishes what it returns.
 
-Durable state lives in two tables (Faust tables with changelogs in production):
+Durable state lives in a scheduler store (`services.scheduler.store`; Faust tables with
+changelogs in production), in two kinds of rows:
 - ``jobs``: job_id -> row = core snapshot (``venn.core.snapshot``) + ``partition`` (the
   job's partition) + ``removed`` (tombstone, so replays cannot resurrect a job). Written
   on job and round events only: registered, round requested, round closed, removed.
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,8 @@ from services.scheduler.rows import (
     TierResult,
     decode_round_row,
 )
+from services.scheduler.sent import SentBatches
+from services.scheduler.store import Row, SchedulerStore
 from services.scheduler.tables import readable
 from venn import events as ev
 from venn.broker.stream import Refused
@@ -61,16 +63,10 @@ from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
-Row = dict[str, Any]
-
 
 DIRECT_SOURCE = "direct"
 """The supply source of check-ins no gateway counted."""
 DIRECT_REPORT_S = 1.0
-SENT_MAX_BYTES = 32 << 20
-"""Bytes of published assignment batches kept until read back (about 800 batches of 128)."""
-SENT_PREFIX = b'{"type":"assignment_batch",'
-SENT_ID = b'"event_id":"'
 
 
 @dataclass
@@ -93,14 +89,10 @@ class SchedulerState:
     def __init__(
         self,
         config: SchedulerSettings,
-        jobs: MutableMapping[str, Any],
-        rounds: MutableMapping[str, Any],
-        owned_partitions: Callable[[], Collection[int] | None] = lambda: None,
+        store: SchedulerStore,
     ) -> None:
         self.config = config
-        self.jobs = jobs
-        self.rounds_table = rounds
-        self.owned_partitions = owned_partitions
+        self.store = store
         self.recent = RecentIds(config.dedupe_window)
         self.core = self._new_core()
         self.removed: set[str] = set()
@@ -119,9 +111,7 @@ class SchedulerState:
         self.last_seen: dict[str, float] = {}
         """Live job -> when its coordinator last said anything (this worker's clock)."""
         self.expiring: set[str] = set()
-        self.sent: dict[str, tuple[bytes, ev.AssignmentBatch]] = {}
-        """Assignment batches published and not yet read back: id -> (bytes, event)."""
-        self.sent_bytes = 0
+        self.sent = SentBatches()
         self.loaded = False
         self.supply_reports = 0
 
@@ -156,7 +146,6 @@ class SchedulerState:
     def ensure_loaded(self, now: float) -> None:
         if self.loaded:
             return
-        owned = self.owned_partitions()
         self.core = self._new_core()
         self.removed.clear()
         self.rows.clear()
@@ -164,16 +153,13 @@ class SchedulerState:
         self.ledgers.clear()
         self.decided.clear()
         self.sent.clear()
-        self.sent_bytes = 0
         self.last_seen.clear()
         self.expiring.clear()
-        # The memory store keeps rows of revoked partitions: take only the owned ones.
-        for job_id, row in list(self.jobs.items()):
+        for job_id, row in self.store.job_rows():
             if not readable(job_id, row):
                 self._unreadable("jobs", job_id)
                 continue
-            if owned is not None and row.get("partition") not in owned:
-                continue
+            assert isinstance(job_id, str) and isinstance(row, dict)
             try:
                 if row.get("removed"):
                     self.removed.add(job_id)
@@ -188,10 +174,11 @@ class SchedulerState:
             self.rows[job_id] = row
             self.last_seen[job_id] = now  # silence is counted from the rebuild
         rows: list[tuple[str, Row]] = []
-        for key, row in list(self.rounds_table.items()):
+        for key, row in self.store.round_rows():
             if not readable(key, row):
                 self._unreadable("round", key)
-            elif owned is None or row.get("partition") in owned:
+            else:
+                assert isinstance(key, str) and isinstance(row, dict)
                 rows.append((key, row))
         # Assignments before results: a result releases a device its assignment made busy.
         rows.sort(key=lambda kv: not kv[0].startswith("a:"))
@@ -258,7 +245,7 @@ class SchedulerState:
         elif "core" in old:
             row["core"] = old["core"]
         self.rows[job_id] = row
-        self.jobs[job_id] = row
+        self.store.put_job(job_id, row)
         return row
 
     def _end_round_rows(self, job_id: str) -> None:
@@ -268,8 +255,7 @@ class SchedulerState:
         ledger = self.ledgers.pop(job_id, None)
         if ledger is None:
             return
-        for key in ledger.keys:
-            self.rounds_table.pop(key, None)
+        self.store.delete_rounds(ledger.keys)
         active = self.core.active_devices
         for device in ledger.tiers:
             if device not in active:
@@ -412,7 +398,7 @@ class SchedulerState:
             device=event.device_id,
             result=result,
         )
-        self.rounds_table[key] = msgspec.to_builtins(row)
+        self.store.put_round(key, msgspec.to_builtins(row))
 
     # -- venn.checkins -----------------------------------------------------------------
     def on_checkin(self, event: ev.Event, now: float) -> ev.Assignment | None:
@@ -601,41 +587,6 @@ class SchedulerState:
         )
         return [AssignedItem(*item) for item in zip(ids, devices, tiers, active, strict=True)]
 
-    def sent_output(self, event: ev.AssignmentBatch, value: bytes) -> None:
-        """An assignment batch was published as ``value``: its read-back needs no decode."""
-        sent = self.sent
-        while sent and self.sent_bytes + len(value) > SENT_MAX_BYTES:
-            # Not read back (partitions moved, or far behind): oldest first; its read-back
-            # is then decoded strictly.
-            old, _ = sent.pop(next(iter(sent)))
-            self.sent_bytes -= len(old)
-        previous = sent.pop(event.event_id, None)
-        if previous is not None:
-            self.sent_bytes -= len(previous[0])
-        sent[event.event_id] = (value, event)
-        self.sent_bytes += len(value)
-
-    def own_output(self, raw: bytes | None) -> ev.AssignmentBatch | None:
-        """The batch this worker published, if ``raw`` is exactly its bytes (read back on
-        the job's partition); None: decode ``raw`` strictly."""
-        if not raw or not raw.startswith(SENT_PREFIX):
-            return None
-        # The batch's own id follows its assignments: the last "event_id" in the bytes.
-        start = raw.rfind(SENT_ID)
-        end = raw.find(b'"', start + len(SENT_ID)) if start >= 0 else -1
-        if end < 0:
-            return None
-        try:
-            event_id = raw[start + len(SENT_ID) : end].decode()
-        except UnicodeDecodeError:
-            return None
-        found = self.sent.get(event_id)
-        if found is None or found[0] != raw:
-            return None
-        del self.sent[event_id]
-        self.sent_bytes -= len(raw)
-        return found[1]
-
     def on_assignment(self, event: ev.Event, partition: int, now: float) -> int:
         """Account an Assignment or an AssignmentBatch: one row in the ``round`` table.
         Returns how many were decided before a restart and had to be adopted by the core."""
@@ -671,7 +622,7 @@ class SchedulerState:
             row = AssignmentsRow(
                 partition=partition, job=event.job_id, round=js.round_index, items=entries
             )
-            self.rounds_table[key] = msgspec.to_builtins(row)
+            self.store.put_round(key, msgspec.to_builtins(row))
         stored = self.snapshots.get(event.job_id)
         if stored is None or stored.tier != js.tier:
             # The core lifted the round's tier restriction when a competitor opened a

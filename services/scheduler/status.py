@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
 
+from services.scheduler.publisher import Send
 from services.scheduler.state import SchedulerState
 from venn.broker import topics
 from venn.core.status import encode_status, scheduler_status
 
 STATUS_KEY = b"plan"
 STATUS_INTERVAL_S = 2.0
-
-Send = Callable[[str, bytes, bytes], None]
 
 
 def worker_name() -> str:

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.scheduler.state import SchedulerState
+from services.scheduler.store import MemoryStore
 from venn import events as ev
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
 from venn.core import make_scheduler
@@ -183,7 +184,9 @@ def open_round_state(
 ) -> SchedulerState:
     """A fifo worker's state with job "j" (ram >= 4) registered and its round 0 open."""
     config = SchedulerSettings(policy="fifo")
-    s = SchedulerState(config, {} if jobs is None else jobs, {} if rounds is None else rounds)
+    s = SchedulerState(
+        config, MemoryStore({} if jobs is None else jobs, {} if rounds is None else rounds)
+    )
     s.ensure_loaded(NOW)
     registered = ev.JobRegistered(
         event_id="reg", time=NOW, job_id="j", requirement={"ram": 4.0}, demand=demand,
@@ -207,12 +210,12 @@ def test_scheduler_state_reads_its_own_batches_back_without_decoding() -> None:
     assert [a.device_id for a in assigned.assignments] == ["d-0", "d-1", "d-2"]
     assert declined.checkin_ids == ["c-3", "c-4"]
     value = ev.encode(assigned)
-    s.sent_output(assigned, value)
+    s.sent.add(assigned, value)
     tampered = value.replace(b"d-0", b"d-9")
-    assert s.own_output(tampered) is None  # not what was sent: decoded strictly
-    assert s.own_output(value) is assigned
-    assert s.own_output(value) is None  # once
-    assert s.sent_bytes == 0
+    assert s.sent.take(tampered) is None  # not what was sent: decoded strictly
+    assert s.sent.take(value) is assigned
+    assert s.sent.take(value) is None  # once
+    assert s.sent.bytes == 0
     assert s.on_assignment(assigned, 0, NOW) == 0
     assert len(rounds) == 1
     # A replayed batch (same check-ins, the devices now busy) assigns nothing.
@@ -246,22 +249,20 @@ def test_dead_ids_do_not_reach_the_columns() -> None:
     assert msgspec.json.decode(raw)["checkins"][0]["device_id"] == "d\x00"
 
 
-def test_unread_batches_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.scheduler import state as state_module
-
-    s = SchedulerState(SchedulerSettings(policy="fifo"), {}, {})
+def test_unread_batches_are_bounded_by_bytes() -> None:
+    s = SchedulerState(SchedulerSettings(policy="fifo"), MemoryStore())
     batches = [
         ev.AssignmentBatch(event_id=f"asgb:{i}", time=NOW, job_id="j", assignments=[])
         for i in range(3)
     ]
     values = [ev.encode(b) for b in batches]
-    monkeypatch.setattr(state_module, "SENT_MAX_BYTES", 2 * len(values[0]))
+    s.sent.max_bytes = 2 * len(values[0])
     for b, v in zip(batches, values, strict=True):
-        s.sent_output(b, v)
-    assert list(s.sent) == ["asgb:1", "asgb:2"]  # the oldest went first
-    assert s.sent_bytes == len(values[1]) + len(values[2])
-    assert s.own_output(values[0]) is None  # decoded strictly then
-    assert s.own_output(values[2]) is batches[2]
+        s.sent.add(b, v)
+    assert list(s.sent.batches) == ["asgb:1", "asgb:2"]  # the oldest went first
+    assert s.sent.bytes == len(values[1]) + len(values[2])
+    assert s.sent.take(values[0]) is None  # decoded strictly then
+    assert s.sent.take(values[2]) is batches[2]
 
 
 def test_hold_times_go_with_the_round() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import publish_status
+from services.scheduler.store import MemoryStore
 from venn import events as ev
 from venn.core import POLICIES, make_scheduler
 from venn.core.model import JobSpec, Requirement
@@ -58,7 +59,7 @@ def test_first_batch_after_an_empty_compile_is_assigned(policy: str) -> None:
 
 def test_status_timer_before_the_first_checkin() -> None:
     """The event order of the failing stack, on the worker's state machine."""
-    s = SchedulerState(SchedulerSettings(), {}, {})  # the default policy
+    s = SchedulerState(SchedulerSettings(), MemoryStore())  # the default policy
     s.ensure_loaded(NOW)
     s.on_job_event(
         ev.JobRegistered(

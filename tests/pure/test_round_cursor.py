@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.scheduler.state import SchedulerState
+from services.scheduler.store import MemoryStore
 from venn import events as ev
 from venn.core.model import JobSpec, Requirement
 from venn.core.registry import make_scheduler
@@ -147,7 +148,7 @@ def test_the_worker_assigns_nothing_to_a_round_closed_before_its_request_was_rea
     read a round's close first. Before the shared rules it opened that round on the
     request read next, and assigned devices to a round whose coordinator had moved on."""
     jobs: dict[str, Any] = {}
-    s = SchedulerState(SchedulerSettings(policy="fifo"), jobs, {})
+    s = SchedulerState(SchedulerSettings(policy="fifo"), MemoryStore(jobs))
     s.ensure_loaded(NOW)
     registered, requested, closed = job_events()
     s.on_job_event(registered, 0, NOW)

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from services.scheduler.state import SchedulerState
+from services.scheduler.store import MemoryStore
 from venn import events as ev
 from venn.broker.stream import Refused
 from venn.settings import SchedulerSettings
@@ -18,7 +19,7 @@ ATTRS = {"ram": 8.0}
 
 
 def state(jobs: dict[str, Any], rounds: dict[str, Any]) -> SchedulerState:
-    s = SchedulerState(SchedulerSettings(policy="fifo"), jobs, rounds)
+    s = SchedulerState(SchedulerSettings(policy="fifo"), MemoryStore(jobs, rounds))
     s.ensure_loaded(NOW)
     return s
 
@@ -130,7 +131,7 @@ def config(**changes: Any) -> SchedulerSettings:
 
 
 def test_a_silent_job_is_reported_once_and_its_expiry_removes_it() -> None:
-    s = SchedulerState(config(job_timeout_s=100.0), {}, {})
+    s = SchedulerState(config(job_timeout_s=100.0), MemoryStore())
     s.ensure_loaded(NOW)
     s.on_job_event(registered("j"), 0, NOW)
     s.on_job_event(
@@ -154,7 +155,7 @@ def test_a_silent_job_is_reported_once_and_its_expiry_removes_it() -> None:
 
 
 def test_a_retried_submission_is_a_no_op_and_a_second_one_is_refused() -> None:
-    s = SchedulerState(config(), {}, {})
+    s = SchedulerState(config(), MemoryStore())
     s.ensure_loaded(NOW)
     s.on_job_event(registered("j", "submit-1"), 0, NOW)
     s.on_job_event(registered("j", "submit-1"), 0, NOW)  # the client's retry
@@ -164,7 +165,7 @@ def test_a_retried_submission_is_a_no_op_and_a_second_one_is_refused() -> None:
 
 
 def test_a_device_holding_an_assignment_past_its_deadline_is_released() -> None:
-    s = SchedulerState(config(), {}, {})
+    s = SchedulerState(config(), MemoryStore())
     s.ensure_loaded(NOW)
     s.on_job_event(registered("j", deadline=60), 0, NOW)
     s.on_job_event(

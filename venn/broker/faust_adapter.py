@@ -57,7 +57,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -74,6 +74,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, TransportT
 
 from venn.broker.ledger import OffsetLedger, Outcome
+from venn.broker.stream import Record
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +213,78 @@ def restore_progress(app: faust.App) -> dict[TP, tuple[int | None, int]]:
         tp: (recovery.active_offsets.get(tp), behind)
         for tp, behind in recovery.active_remaining().items()
     }
+
+
+Part = tuple[str, int]
+"""(topic, partition)."""
+
+
+class FaustPartitions:
+    """What the scheduler's stall guard (`services.scheduler.stall`) reads of, and does to,
+    a running `OffsetsApp`: its assigned partitions, their high watermarks and ledger
+    positions, Faust's fetch set, seeks, table recovery's progress, and a crash."""
+
+    def __init__(self, app: OffsetsApp) -> None:
+        self.app = app
+
+    @property
+    def consumer(self) -> LedgerConsumer:
+        consumer = self.app.consumer
+        assert isinstance(consumer, LedgerConsumer)
+        return consumer
+
+    def assigned(self, topics: Collection[str] | None = None) -> list[Part]:
+        return [
+            (tp.topic, tp.partition)
+            for tp in self.consumer.assignment()
+            if topics is None or tp.topic in topics
+        ]
+
+    def highwater(self, part: Part) -> int | None:
+        """The partition's high watermark as last fetched; None before any fetch."""
+        high: int | None = self.consumer.highwater(TP(*part))
+        return high
+
+    async def end_offsets(self, parts: Iterable[Part]) -> dict[Part, int]:
+        """The broker's end offsets (for partitions not fetched yet)."""
+        ends = await self.consumer.highwaters(*(TP(*part) for part in parts))
+        return {(tp.topic, tp.partition): offset for tp, offset in ends.items()}
+
+    def next_offset(self, part: Part) -> int | None:
+        """The lowest offset the agents have not accounted for (`OffsetLedger`)."""
+        ledger: OffsetLedger = self.app.ledger
+        return ledger.next_offset(*part)
+
+    def fetch_state(self, part: Part) -> FetchState:
+        return self.consumer.fetch_state(TP(*part))
+
+    def resume_fetching(self, part: Part) -> None:
+        self.consumer.resume_fetching(TP(*part))
+
+    async def seek(self, part: Part, offset: int) -> None:
+        await self.consumer.seek(TP(*part), offset)
+
+    @property
+    def in_recovery(self) -> bool:
+        return bool(self.app.in_recovery)
+
+    def restoring(self) -> dict[Part, tuple[int | None, int]]:
+        """`restore_progress` by (topic, partition)."""
+        return {(tp.topic, tp.partition): v for tp, v in restore_progress(self.app).items()}
+
+    async def crash(self, exc: BaseException) -> None:
+        await self.app.crash(exc)
+
+
+def recovered(app: faust.App) -> bool:
+    """Has ``app`` restored its tables since its last assignment?"""
+    recovery = app.tables.recovery  # type: ignore[attr-defined]
+    return bool(recovery.completed.is_set())
+
+
+def owned_partitions(app: faust.App, topic: str) -> set[int]:
+    """The partitions of ``topic`` assigned to ``app``'s consumer now."""
+    return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
 
 
 OUTPUT_MAX_BATCH_BYTES = 1 << 20
@@ -365,6 +438,29 @@ async def records(stream: faust.StreamT, ledger: OffsetLedger) -> AsyncIterator[
         message = event.message
         if not ledger.accounted(message.topic, message.partition, message.offset):
             yield event
+
+
+async def serve(
+    stream: faust.StreamT, ledger: OffsetLedger, handle: Callable[[Record], Outcome]
+) -> None:
+    """An agent's loop: each record of ``stream`` not accounted for yet, as the stream
+    port's `Record`, to ``handle``; what it returns accounted in ``ledger``."""
+    async for event in records(stream, ledger):
+        message = event.message
+        account(ledger, message, handle(record_of(message, event.value)))
+
+
+def record_of(message: Any, value: Any) -> Record:
+    """The `Record` of a Faust message and its raw value."""
+    return Record(
+        message.topic,
+        message.partition,
+        message.offset,
+        message.key,
+        value if isinstance(value, bytes) else None,
+        message.timestamp,
+        message.timestamp_type or 0,
+    )
 
 
 def account(ledger: OffsetLedger, message: Any, outcome: Outcome) -> None:

@@ -1,0 +1,74 @@
+"""The handler of each input topic: what a decoded event does to the state, with the
+decision metrics. (event, partition, now) -> None, an event to publish, or a list of them
+(`services.scheduler.intake.Handler`)."""
+
+from __future__ import annotations
+
+from services.scheduler import metrics
+from services.scheduler.intake import Handler
+from services.scheduler.state import SchedulerState
+from venn import events as ev
+from venn.broker import topics
+from venn.checkin_columns import CheckinColumns
+
+IGNORED = (topics.REVOCATIONS, topics.REPLIES, topics.STATUS)
+"""Read here only to dead-letter a bad record once (topics.DEAD_LETTER_OWNER): every
+worker applies every revocation from its own reader (follow_revocations); the gateways
+read replies and status without a consumer group."""
+
+
+class TopicHandlers:
+    def __init__(self, state: SchedulerState) -> None:
+        self.state = state
+
+    def by_topic(self) -> dict[str, Handler]:
+        """The handler of every topic the worker reads."""
+        return {
+            topics.JOBS: self.state.on_job_event,
+            topics.ROUNDS: self.on_round,
+            topics.RESULTS: self.state.on_result,
+            topics.CHECKINS: self.decide,
+            topics.ASSIGNMENTS: self.adopt,
+            **dict.fromkeys(IGNORED, ignore),
+        }
+
+    def decide(
+        self, event: ev.Event | CheckinColumns, partition: int, now: float
+    ) -> list[ev.Event] | ev.Assignment | None:
+        """venn.checkins: a supply report, a check-in or a batch of them."""
+        state = self.state
+        if isinstance(event, ev.SupplyReport):
+            state.on_supply_report(event, now)
+            return None
+        stale = state.stale_checkins
+        out: list[ev.Event] | ev.Assignment | None
+        checkins = 1
+        if isinstance(event, ev.CheckinBatch | CheckinColumns):
+            checkins = len(event.checkins) if isinstance(event, ev.CheckinBatch) else len(event)
+            metrics.CHECKINS.inc(checkins)
+            out = state.on_checkin_batch(event, now)
+        else:
+            metrics.CHECKINS.inc()
+            out = state.on_checkin(event, now)
+        metrics.STALE_CHECKINS.inc(state.stale_checkins - stale)
+        if out is None:
+            metrics.DECLINED.inc()
+        elif isinstance(out, list):
+            decided = sum(len(o.assignments) for o in out if isinstance(o, ev.AssignmentBatch))
+            metrics.DECLINED.inc(checkins - decided)
+        return out
+
+    def on_round(self, event: ev.Event, partition: int, now: float) -> None:
+        """venn.rounds: a round closed or a job finished."""
+        closed = self.state.on_round_event(event, partition, now)
+        if closed and isinstance(event, ev.RoundClosed):  # a second close is not counted
+            metrics.ROUND_OUTCOMES.labels(event.outcome).inc()
+            metrics.ROUND_FILL.observe(event.sched_delay_s)
+
+    def adopt(self, event: ev.Event, partition: int, now: float) -> None:
+        """venn.assignments, read back on the job's partition."""
+        metrics.ADOPTED.inc(self.state.on_assignment(event, partition, now))
+
+
+def ignore(event: ev.Event, partition: int, now: float) -> None:
+    return None

@@ -1,0 +1,126 @@
+"""The scheduler's per-record intake (`services.scheduler.intake`) without Faust: records
+of the stream port (`venn.broker.stream.Record`, from `MemoryRecords`) through the real
+handlers, state (on a `MemoryStore`) and publisher, whose messages land in a list."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from services.scheduler.handlers import TopicHandlers
+from services.scheduler.intake import Intake
+from services.scheduler.letters import WrittenLetters
+from services.scheduler.publisher import Publisher
+from services.scheduler.state import SchedulerState
+from services.scheduler.store import MemoryStore
+from venn import events as ev
+from venn.broker import topics
+from venn.broker.stream import MemoryRecords, StreamStats, authorized
+from venn.checkin_columns import AttrsCache
+from venn.settings import SchedulerSettings
+
+ATTRS = {"ram": 8.0}
+
+
+@dataclass
+class Worker:
+    sent: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+    records: MemoryRecords = field(default_factory=MemoryRecords)
+
+    def __post_init__(self) -> None:
+        self.store = MemoryStore()
+        self.state = SchedulerState(SchedulerSettings(policy="fifo"), self.store)
+        publisher = Publisher(
+            lambda t, k, v: self.sent.append((t, k, v)), self.state, WrittenLetters(1)
+        )
+        stats, cache = StreamStats(), AttrsCache()
+        self.intakes = {
+            name: Intake(name, h, self.state, publisher, authorized(None), stats, 1 << 20, cache)
+            for name, h in TopicHandlers(self.state).by_topic().items()
+        }
+
+    def feed(self, topic: str, value: bytes | ev.Event, partition: int = 0) -> str:
+        record = self.records.add(topic, value, partition=partition)
+        return self.intakes[topic](record)
+
+    def on(self, topic: str) -> list[dict[str, object]]:
+        return [json.loads(v) for t, _, v in self.sent if t == topic]
+
+
+def open_round(w: Worker, demand: int = 3) -> None:
+    now = time.time()
+    registered = ev.JobRegistered(
+        event_id="reg", time=now, job_id="j", requirement={"ram": 4.0}, demand=demand,
+        rounds=1, deadline_s=60, workload_s=5,
+    )  # fmt: skip
+    assert w.feed(topics.JOBS, registered) == "handled"
+    request = ev.RoundRequested(event_id="rr", time=now, job_id="j", round_index=0, demand=demand)
+    assert w.feed(topics.JOBS, request) == "handled"
+
+
+def checkin(device: str) -> ev.DeviceCheckin:
+    return ev.DeviceCheckin(
+        event_id=f"c-{device}", time=time.time(), device_id=device, attrs=ATTRS,
+        speed_ms_per_sample=60.0, bandwidth_kbps=12000.0,
+    )  # fmt: skip
+
+
+def test_a_checkin_is_decided_and_its_replay_deduplicated() -> None:
+    w = Worker()
+    open_round(w)
+    assert w.feed(topics.CHECKINS, checkin("d1")) == "handled"
+    (assigned,) = w.on(topics.ASSIGNMENTS)
+    assert (assigned["job_id"], assigned["device_id"]) == ("j", "d1")
+    assert w.feed(topics.CHECKINS, checkin("d1")) == "deduplicated"
+    assert len(w.on(topics.ASSIGNMENTS)) == 1
+    # Read back on the job's partition: accounted in the store.
+    value = next(v for t, _, v in w.sent if t == topics.ASSIGNMENTS)
+    assert w.feed(topics.ASSIGNMENTS, value) == "handled"
+    assert list(w.store.rounds) and w.store.jobs["j"]["partition"] == 0
+
+
+def test_a_bad_record_gets_one_letter_even_when_read_again() -> None:
+    w = Worker()
+    record = w.records.add(topics.JOBS, b"not json")
+    assert w.intakes[topics.JOBS](record) == "dead_lettered"
+    assert w.intakes[topics.JOBS](record) == "dead_lettered"  # replayed after a restart
+    (letter,) = w.on(topics.DEAD_LETTERS)
+    assert "source topic venn.jobs" in str(letter["reason"])
+
+
+def test_an_event_for_an_unknown_job_is_refused_with_its_name() -> None:
+    w = Worker()
+    late = ev.RoundRequested(event_id="rr", time=time.time(), job_id="x", round_index=0, demand=1)
+    assert w.feed(topics.JOBS, late) == "dead_lettered"
+    (letter,) = w.on(topics.DEAD_LETTERS)
+    assert "unknown job 'x'" in str(letter["reason"]) and "round_requested rr" in str(
+        letter["reason"]
+    )
+
+
+def test_a_bad_checkin_in_a_batch_loses_none_of_the_others() -> None:
+    w = Worker()
+    open_round(w)
+    good = [json.loads(ev.encode(checkin(d))) for d in ("d1", "d2")]
+    batch = {
+        "type": "checkin_batch", "event_id": "b1", "time": time.time(),
+        "checkins": [good[0], {**good[1], "device_id": ""}, good[1]], "reply_to": "gw",
+    }  # fmt: skip
+    assert w.feed(topics.CHECKINS, json.dumps(batch).encode()) == "handled"
+    (letter,) = w.on(topics.DEAD_LETTERS)
+    assert str(letter["event_id"]).endswith(":0") and "checkin_batch" in str(letter["reason"])
+    (assigned,) = w.on(topics.ASSIGNMENTS)
+    devices = [a["device_id"] for a in assigned["assignments"]]  # type: ignore[attr-defined]
+    assert devices == ["d1", "d2"]
+
+
+def test_stale_checkins_are_accounted_as_dropped() -> None:
+    w = Worker()
+    open_round(w)
+    old = ev.DeviceCheckin(
+        event_id="c-old", time=time.time() - 3600, device_id="d9", attrs=ATTRS,
+        speed_ms_per_sample=60.0, bandwidth_kbps=12000.0,
+    )  # fmt: skip
+    assert w.feed(topics.CHECKINS, old) == "dropped_stale"
+    assert w.on(topics.ASSIGNMENTS) == []
