@@ -6,14 +6,12 @@ was written before the outage is processed."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import os
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from sqlalchemy import select
 
+from tests.e2e.harness import venn_up, wait_until
 from venn import events as ev
 from venn.audit.db import make_engine
 from venn.audit.models import RoundAudit
@@ -29,9 +28,9 @@ from venn.broker import topics
 from venn.broker.local import start_detached, stop_detached
 from venn.broker.process import free_port
 from venn.sdk import VennClient
-from venn.settings import Settings, run_dir_secret
+from venn.settings import Settings
 from venn.stack.capture import read_topics
-from venn.stack.local import StackInfo, down, kafka_users, up
+from venn.stack.local import StackInfo, kafka_users
 
 pytestmark = pytest.mark.e2e
 
@@ -56,39 +55,10 @@ def http(
         return 0, {}
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[tuple[StackInfo, Settings]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
-    settings = Settings.from_env(
-        {
-            **env,
-            "VENN_RUN_DIR": str(tmp_path / "run"),
-            "VENN_BROKER": f"127.0.0.1:{free_port()}",
-            "VENN_BROKER_KIND": "kafka",
-            "VENN_GATEWAY_PORT": str(free_port()),
-            "VENN_SCHEDULER_WEB_PORT": str(free_port()),
-        }
-    )
-    info = up(settings)
-    settings = dataclasses.replace(
-        settings,
-        run_dir=str(info.run_dir),
-        database_url=info.database_url,
-        broker_kind="kafka",
-        auth_secret=run_dir_secret(info.run_dir),
-    )
-    try:
-        yield info, settings
-    finally:
-        down(settings)
+    with venn_up(tmp_path / "run", VENN_SCHEDULER_WEB_PORT=str(free_port())) as stack:
+        yield stack
 
 
 def checkin(settings: Settings, device: str) -> tuple[int, dict[str, Any]]:

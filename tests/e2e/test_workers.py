@@ -6,22 +6,20 @@ phase, every job finishes and every invariant of design.md holds."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests import invariants
-from venn.audit.db import create_database, drop_database
-from venn.audit.migrate import upgrade_database
-from venn.broker import topics
+from tests.e2e.harness import DEMO, demo_run
 from venn.broker.process import free_port
-from venn.stack.demo import DemoConfig, DemoHandles, DemoResult, run_demo
+from venn.stack.demo import DemoHandles, DemoResult
 from venn.stack.local import service_env
 from venn.stack.processes import (
     deciding_workers,
@@ -33,24 +31,7 @@ from venn.stack.processes import (
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = DemoConfig(
-    workload="demo",
-    policy="venn",
-    jobs=4,
-    seed=3,
-    speedup=20.0,
-    rate_per_s=1.5,
-    arrival_scale=0.02,
-    timeout_s=300.0,
-    workers=2,
-    capture_topics=(
-        topics.CHECKINS,
-        topics.JOBS,
-        topics.ASSIGNMENTS,
-        topics.RESULTS,
-        topics.ROUNDS,
-    ),
-)
+CONFIG = dataclasses.replace(DEMO, jobs=4, timeout_s=300.0, workers=2)
 Run = tuple[DemoResult, list[str], list[float], list[str]]
 """The demo's result, the membership changes made and when (wall clock), and the workers
 that left and were killed."""
@@ -112,27 +93,14 @@ async def run(
     broker_kind: str, pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Run]:
     run_dir = Path(tmp_path_factory.mktemp("workers-run"))
-    url = create_database(pg_admin_url, f"venn_workers_{uuid.uuid4().hex[:10]}")
-    try:
-        upgrade_database(url)
-        config = DemoConfig(
-            **{
-                **CONFIG.__dict__,
-                "database_url": url,
-                "run_dir": str(run_dir),
-                "broker_kind": broker_kind,
-            }
-        )
-        handles, log, times, gone = DemoHandles(), list[str](), list[float](), list[str]()
-        changes = asyncio.create_task(membership(handles, log, times, gone))
-        result = await run_demo(config, handles)
+    handles, log, times, gone = DemoHandles(), list[str](), list[float](), list[str]()
+    changes = asyncio.create_task(membership(handles, log, times, gone))
+    async with demo_run(CONFIG, pg_admin_url, run_dir, broker_kind, handles) as result:
         await changes  # raises if a change could not be made
         # A successor that could not restore a row would decide blind: none may have.
         for path in run_dir.glob("scheduler*.log"):
             assert "cannot restore" not in path.read_text(errors="replace"), path.name
         yield result, log, times, gone
-    finally:
-        drop_database(url)
 
 
 async def test_membership_changed_mid_run(run: Run) -> None:
