@@ -23,6 +23,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from services.scheduler.process import kill_worker, start_worker, stop_worker
+from tests import factories
 from tests.event_recorder import EventRecorder
 from venn import events as ev
 from venn.broker import topics
@@ -111,14 +112,7 @@ async def cluster(
 
 
 def checkin(device_id: str, attrs: dict[str, float]) -> ev.DeviceCheckin:
-    return ev.DeviceCheckin(
-        event_id=f"ci-{uuid.uuid4().hex}",
-        time=time.time(),
-        device_id=device_id,
-        attrs=attrs,
-        speed_ms_per_sample=60.0,
-        bandwidth_kbps=12000.0,
-    )
+    return factories.checkin(device_id, attrs)
 
 
 async def test_a_standby_decides_after_the_decider_is_killed(cluster: Cluster) -> None:

@@ -24,6 +24,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from services.scheduler.process import kill_worker, start_worker, stop_worker
+from tests import factories
 from tests.event_recorder import EventRecorder
 from venn import events as ev
 from venn import fields
@@ -173,62 +174,26 @@ async def stack(broker: str, run_dir: Path, partitions: int) -> AsyncIterator[tu
 
 
 def job(job_id: str, attr: str, minimum: float, demand: int = 3) -> ev.JobRegistered:
-    return ev.JobRegistered(
-        event_id=f"reg-{job_id}",
-        time=time.time(),
-        job_id=job_id,
-        requirement={attr: minimum},
-        demand=demand,
-        rounds=5,
-        deadline_s=60,
-        workload_s=5,
+    return factories.registered(
+        job_id, requirement={attr: minimum}, demand=demand, rounds=5, event_id=f"reg-{job_id}"
     )
 
 
 def round_request(job_id: str, round_index: int, demand: int) -> ev.RoundRequested:
-    return ev.RoundRequested(
-        event_id=f"rr-{job_id}-{round_index}",
-        time=time.time(),
-        job_id=job_id,
-        round_index=round_index,
-        demand=demand,
-    )
+    return factories.requested(job_id, round_index, demand, event_id=f"rr-{job_id}-{round_index}")
 
 
 def checkin(device_id: str, attrs: dict[str, float]) -> ev.DeviceCheckin:
-    return ev.DeviceCheckin(
-        event_id=f"ci-{uuid.uuid4().hex}",
-        time=time.time(),
-        device_id=device_id,
-        attrs=attrs,
-        speed_ms_per_sample=60.0,
-        bandwidth_kbps=12000.0,
-    )
+    return factories.checkin(device_id, attrs)
 
 
 def result(job_id: str, round_index: int, device_id: str) -> ev.DeviceResult:
-    return ev.DeviceResult(
-        event_id=f"res-{uuid.uuid4().hex}",
-        time=time.time(),
-        job_id=job_id,
-        round_index=round_index,
-        device_id=device_id,
-        ok=True,
-        response_time_s=3.0,
-    )
+    return factories.result(job_id, round_index, device_id, response_time_s=3.0)
 
 
 def finished(job_id: str) -> ev.JobFinished:
     now = time.time()
-    return ev.JobFinished(
-        event_id=f"fin-{job_id}",
-        time=now,
-        job_id=job_id,
-        rounds_completed=0,
-        arrival=now,
-        finished_at=now,
-        jct_s=0.0,
-    )
+    return factories.finished(job_id, 0, arrival=now, finished_at=now, event_id=f"fin-{job_id}")
 
 
 async def checkins(bus: Bus, devices: list[str], attrs: dict[str, float]) -> None:

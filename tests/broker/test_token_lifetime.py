@@ -23,6 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from services.scheduler.process import kill_worker, stop_worker
+from tests import factories
 from tests.broker.test_scheduler_pipeline import (
     READY_TIMEOUT,
     Bus,
@@ -135,11 +136,9 @@ def signed(event: ev.Event, token: str | None) -> ev.Event:
 
 def closed(job_id: str, index: int, token: str | None) -> ev.RoundClosed:
     now = time.time()
-    return ev.RoundClosed(
-        event_id=f"rc-{job_id}-{index}-{uuid.uuid4().hex[:6]}", time=now, job_id=job_id,
-        round_index=index, outcome="succeeded", demand=1, assigned=1, results=1,
-        opened_at=now - 1, closed_at=now, reason="", sched_delay_s=0.5, response_time_s=0.5,
-        token=token,
+    return factories.closed(
+        job_id, index, demand=1, opened_at=now - 1, closed_at=now, sched_delay_s=0.5,
+        response_time_s=0.5, token=token, event_id=f"rc-{job_id}-{index}-{uuid.uuid4().hex[:6]}",
     )  # fmt: skip
 
 
