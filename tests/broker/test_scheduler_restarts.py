@@ -20,35 +20,27 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from services.scheduler.process import kill_worker, stop_worker
-from tests.broker.test_scheduler_pipeline import (
+from tests.broker.scheduler_bus import (
     READY_TIMEOUT,
     Bus,
     Worker,
     checkin,
     job,
     round_request,
+    scheduler_env,
 )
 from venn import events as ev
 from venn.broker import topics
-from venn.broker.topics import prepare_topics
 from venn.core import JobSpec, Requirement, make_scheduler
 from venn.core.snapshot import snapshot_job
-from venn.settings import Settings
 
 
 @pytest.fixture(scope="module")
 async def stack(
     broker: str, run_dir: Path, partitions: int
 ) -> AsyncIterator[tuple[Bus, Worker, str]]:
-    app_id = f"venn-scheduler-restarts-{uuid.uuid4().hex[:8]}"
-    await prepare_topics(Settings(broker=broker, app_id=app_id, topic_partitions=partitions))
-    env = {
-        "VENN_BROKER": broker,
-        "VENN_APP_ID": app_id,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_POLICY": "venn",
-    }
+    env = await scheduler_env(broker, run_dir, partitions, "restarts", VENN_POLICY="venn")
+    app_id = env["VENN_APP_ID"]
     worker = Worker(env, run_dir / f"{app_id}.log")
     bus = Bus(broker, partitions)
     await bus.start()

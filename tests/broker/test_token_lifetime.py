@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from services.scheduler.process import kill_worker, stop_worker
 from tests import factories
-from tests.broker.test_scheduler_pipeline import (
+from tests.broker.scheduler_bus import (
     READY_TIMEOUT,
     Bus,
     Worker,
@@ -32,13 +32,12 @@ from tests.broker.test_scheduler_pipeline import (
     finished,
     job,
     round_request,
+    scheduler_env,
 )
 from venn import events as ev
 from venn.audit import make_engine
 from venn.auth import Tokens
 from venn.broker import topics
-from venn.broker.topics import prepare_topics
-from venn.settings import Settings
 
 SECRET = secrets.token_urlsafe(32)
 TOKENS = Tokens(SECRET)
@@ -103,14 +102,9 @@ class Stack:
 
 @pytest.fixture
 async def stack(broker: str, run_dir: Path, partitions: int, pg_url: str) -> AsyncIterator[Stack]:
-    app_id = f"venn-scheduler-life-{uuid.uuid4().hex[:8]}"
-    await prepare_topics(Settings(broker=broker, app_id=app_id, topic_partitions=partitions))
-    common = {
-        "VENN_BROKER": broker,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_AUTH_SECRET": SECRET,
-    }
+    env = await scheduler_env(broker, run_dir, partitions, "life", VENN_AUTH_SECRET=SECRET)
+    app_id = env.pop("VENN_APP_ID")
+    common = dict(env)
     worker = Worker({**common, "VENN_APP_ID": app_id}, run_dir / f"{app_id}.log")
     recorder = Recorder(
         {**common, "VENN_DATABASE_URL": pg_url, "VENN_RECORDER_GROUP": f"rec-{app_id}"},
