@@ -192,13 +192,4 @@ async def test_every_job_finishes_with_the_invariants(
 ) -> None:
     result, _, _ = run
     assert result.jobs_finished == result.jobs_total == CONFIG.jobs
-    events = result.events
-    assert invariants.assignments(events)
-    assert invariants.ineligible(events) == []
-    assert invariants.overlapping(events) == []
-    assert invariants.over_demand(events) == {}
-    assert result.extra_assignments == 0
-    mine = {j.job_id for j in result.jobs}
-    closes = invariants.closes(events, mine)
-    assert closes and max(closes.values()) == 1
-    assert invariants.audit_mismatch(events, result.database_url, mine) == {}
+    invariants.assert_all_hold(result)
