@@ -33,6 +33,7 @@ from services.gateway import GatewayServer
 from services.scheduler.process import start_worker, stop_worker
 from tests.broker.scheduler_bus import scheduler_env
 from tests.event_recorder import EventRecorder, Published, Recorded
+from tests.polling import until
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import topics
@@ -129,16 +130,9 @@ class Stack:
             return r.status, payload, time.monotonic() - start
 
 
-async def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s"
-        await asyncio.sleep(0.05)
-
-
 async def round_open(server: GatewayServer, job_id: str) -> None:
     """Until the gateway's demand view has seen the job's round open."""
-    await wait_for(lambda: server.gateway.view.is_open(job_id), 10)
+    await until(lambda: server.gateway.view.is_open(job_id), 10)
 
 
 async def assigned(

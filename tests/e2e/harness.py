@@ -1,12 +1,11 @@
 """One home for what the e2e modules run: a demo whose audit rows stay in a database of its
-own, a `venn up` stack on a private Apache Kafka, and waiting for a condition."""
+own, and a `venn up` stack on a private Apache Kafka."""
 
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
@@ -80,13 +79,3 @@ def venn_up(run_dir: Path, **env: str) -> Iterator[tuple[StackInfo, Settings]]:
         yield info, settings
     finally:
         down(settings)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` every half second; AssertionError naming ``what`` after
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)

@@ -29,8 +29,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy import func, select
 
 from tests import invariants
-from tests.e2e.harness import venn_up, wait_until
+from tests.e2e.harness import venn_up
 from tests.environment import clean_env
+from tests.polling import wait_until
 from venn.audit.db import make_engine
 from venn.audit.models import JobAudit, RoundAudit
 from venn.broker import topics

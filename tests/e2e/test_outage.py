@@ -18,7 +18,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from sqlalchemy import select
 
-from tests.e2e.harness import venn_up, wait_until
+from tests.e2e.harness import venn_up
+from tests.polling import wait_until
 from venn import events as ev
 from venn.audit.db import make_engine
 from venn.audit.models import RoundAudit
