@@ -11,6 +11,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
@@ -18,7 +20,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from services.scheduler.process import start_worker
+from services.scheduler.process import start_worker, stop_worker
 from tests import factories
 from tests.event_recorder import EventRecorder
 from venn import events as ev
@@ -184,3 +186,22 @@ async def checkins(bus: Bus, devices: list[str], attrs: dict[str, float]) -> Non
     for device in devices:
         await bus.send(topics.CHECKINS, checkin(device, attrs))
     await bus.barrier(topics.CHECKINS)
+
+
+@asynccontextmanager
+async def scheduler_on_bus(
+    broker: str, partitions: int, env: dict[str, str]
+) -> AsyncIterator[tuple[Bus, Worker]]:
+    """A scheduler worker with ``env`` (see `scheduler_env`, its log beside the run dir's
+    others) and a bus, once a barrier has gone through it; stopped on exit."""
+    worker = Worker(env, Path(env["VENN_RUN_DIR"]) / f"{env['VENN_APP_ID']}.log")
+    bus = Bus(broker, partitions)
+    await bus.start()
+    worker.start()
+    try:
+        await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
+        yield bus, worker
+    finally:
+        if worker.proc is not None:
+            stop_worker(worker.proc, timeout=10)
+        await bus.stop()

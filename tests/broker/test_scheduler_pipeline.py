@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.scheduler.process import kill_worker, stop_worker
+from services.scheduler.process import kill_worker
 from tests.broker.scheduler_bus import (
     READY_TIMEOUT,
     Bus,
@@ -29,6 +29,7 @@ from tests.broker.scheduler_bus import (
     result,
     round_request,
     scheduler_env,
+    scheduler_on_bus,
 )
 from venn import events as ev
 from venn import fields
@@ -43,17 +44,8 @@ async def stack(broker: str, run_dir: Path, partitions: int) -> AsyncIterator[tu
         broker, run_dir, partitions, "test",
         VENN_MAX_EVENT_BYTES=str(MAX_EVENT_BYTES), VENN_POLICY="venn",
     )  # fmt: skip
-    worker = Worker(env, run_dir / f"{env['VENN_APP_ID']}.log")
-    bus = Bus(broker, partitions)
-    await bus.start()
-    worker.start()
-    try:
-        await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
-        yield bus, worker
-    finally:
-        if worker.proc is not None:
-            stop_worker(worker.proc, timeout=10)
-        await bus.stop()
+    async with scheduler_on_bus(broker, partitions, env) as stack:
+        yield stack
 
 
 async def test_happy_path(stack: tuple[Bus, Worker]) -> None:

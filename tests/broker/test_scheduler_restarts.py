@@ -28,6 +28,7 @@ from tests.broker.scheduler_bus import (
     job,
     round_request,
     scheduler_env,
+    scheduler_on_bus,
 )
 from venn import events as ev
 from venn.broker import topics
@@ -40,18 +41,8 @@ async def stack(
     broker: str, run_dir: Path, partitions: int
 ) -> AsyncIterator[tuple[Bus, Worker, str]]:
     env = await scheduler_env(broker, run_dir, partitions, "restarts", VENN_POLICY="venn")
-    app_id = env["VENN_APP_ID"]
-    worker = Worker(env, run_dir / f"{app_id}.log")
-    bus = Bus(broker, partitions)
-    await bus.start()
-    worker.start()
-    try:
-        await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
-        yield bus, worker, app_id
-    finally:
-        if worker.proc is not None:
-            stop_worker(worker.proc, timeout=10)
-        await bus.stop()
+    async with scheduler_on_bus(broker, partitions, env) as (bus, worker):
+        yield bus, worker, env["VENN_APP_ID"]
 
 
 async def restart(bus: Bus, worker: Worker, kill: bool = False) -> None:
