@@ -35,11 +35,12 @@ CONFIG = dataclasses.replace(DEMO, jobs=4, timeout_s=300.0, workers=2)
 Run = tuple[DemoResult, list[str], list[float], list[str]]
 """The demo's result, the membership changes made and when (wall clock), and the workers
 that left and were killed."""
-JOIN_S, LEAVE_S, KILL_S = 6.0, 17.0, 30.0
-"""Wall seconds after the workload starts: worker 3 joins (a standby), the decider leaves,
-its successor is killed. A phase must outlast the handover after a change (the session
-timeout of a killed decider, 3 s on Kafka, a rebalance and the successor's table
-recovery: bench/failover_bench.py measures it)."""
+JOIN_AT, LEAVE_AT, KILL_AT = 2, 6, 10
+"""Rounds done (of the workload's 18) when worker 3 joins (a standby), the decider leaves,
+its successor is killed: each change waits for progress, not for time, so every phase
+outlasts the handover after a change (the session timeout of a killed decider, 3 s on
+Kafka, a rebalance and the successor's table recovery: bench/failover_bench.py measures
+it) and the last one still has rounds to assign, however fast or slow the machine."""
 
 
 async def membership(
@@ -49,13 +50,13 @@ async def membership(
         await asyncio.sleep(0.2)
     assert handles.settings is not None and handles.run_dir is not None
     run, settings = handles.run_dir, handles.settings
-    start = asyncio.get_running_loop().time()
     times.append(time.time())
 
-    async def at(seconds: float) -> None:
-        await asyncio.sleep(max(0.0, start + seconds - asyncio.get_running_loop().time()))
+    async def at(rounds: int) -> None:
+        while sum(p.rounds_done for p in handles.progress.values()) < rounds:
+            await asyncio.sleep(0.2)
 
-    await at(JOIN_S)
+    await at(JOIN_AT)
     spec = scheduler_spec(3)
     env = service_env(settings.for_role("scheduler"), CONFIG.policy, CONFIG.trace_seed)
     port = handles.worker_ports[spec.name] = free_port()
@@ -63,12 +64,12 @@ async def membership(
     start_service(run, spec, env, detached=False)
     log.append("scheduler-3 joined")
     times.append(time.time())
-    await at(LEAVE_S)
+    await at(LEAVE_AT)
     leaving = await decider(handles.worker_ports)
     assert await asyncio.to_thread(stop_pid, running_services(run)[leaving], 20.0)
     log.append("the decider left")
     times.append(time.time())
-    await at(KILL_S)
+    await at(KILL_AT)
     killed = await decider(handles.worker_ports)
     os.kill(running_services(run)[killed], signal.SIGKILL)
     log.append("its successor was killed")
@@ -105,6 +106,7 @@ async def run(
 
 async def test_membership_changed_mid_run(run: Run) -> None:
     result, log, times, gone = run
+    assert sum(j.rounds for j in result.jobs) - 2 > KILL_AT  # rounds left for the survivor
     assert log == ["scheduler-3 joined", "the decider left", "its successor was killed"]
     # Three deciders in turn: the first, its successor, and the last worker standing.
     (survivor,) = set(result.workers) - set(gone)
