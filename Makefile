@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
+# Two pytest workers, each with its own broker and Postgres, each running whole modules (their
+# module-scoped stacks start once); tests/conftest.py hands out the long e2e modules first.
+PYTEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
+
 .PHONY: demo flower-demo test lint bench clean
 
 $(STAMP): pyproject.toml
@@ -23,7 +27,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy venn services bench loadtest tests
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25 $(PYTEST_WORKERS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -23,6 +23,7 @@ from venn.events import (
     JobRegistered,
     RoundClosed,
 )
+from venn.stack.demo import DemoResult
 
 Captured = Mapping[str, list[Event]]
 
@@ -114,3 +115,19 @@ def audit_mismatch(
         for k in keys
         if closed.get(k, 0) != 1 or audited.get(k, 0) != 1
     }
+
+
+def assert_all_hold(result: DemoResult) -> None:
+    """Every invariant on a finished demo: assignments made, each to an eligible device
+    free of another assignment, no round over its demand, each attempt closed once and
+    audited once."""
+    events = result.events
+    assert assignments(events)
+    assert ineligible(events) == []
+    assert overlapping(events) == []
+    assert over_demand(events) == {}
+    assert result.extra_assignments == 0
+    mine = {j.job_id for j in result.jobs}
+    counted = closes(events, mine)
+    assert counted and max(counted.values()) == 1
+    assert audit_mismatch(events, result.database_url, mine) == {}

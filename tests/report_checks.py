@@ -4,7 +4,6 @@ the audit rows, queried here independently of the report's own code."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -18,12 +17,6 @@ from venn.audit import JobAudit, RoundAudit, make_engine, record_jobs, record_ro
 from venn.report import PLOTS, SUMMARY_JSON, SUMMARY_MD
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def clean_env(run_dir: Path, **extra: str) -> dict[str, str]:
-    """The caller's environment without any VENN_ setting, a run dir with no stack in it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
-    return {**env, "VENN_RUN_DIR": str(run_dir), **extra}
 
 
 def venn_report(

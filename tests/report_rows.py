@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests import factories
 from venn.audit.models import JobAudit, RoundAudit
 from venn.audit.writes import job_rows_from_events, round_row
 from venn.core.model import Requirement
@@ -16,17 +17,21 @@ CUSTOM = {"ram": 4.0}
 
 
 def _registered(job: str, requirement: dict[str, float], rounds: int) -> JobRegistered:
-    return JobRegistered(
-        event_id=f"{job}-reg", time=0.0, job_id=job, requirement=requirement,
-        demand=8, rounds=rounds, deadline_s=60.0, workload_s=5.0,
-    )  # fmt: skip
+    return factories.registered(
+        job, requirement=requirement, demand=8, rounds=rounds, event_id=f"{job}-reg", time=0.0
+    )
 
 
 def _finished(job: str, rounds: int, jct: float) -> JobFinished:
-    return JobFinished(
-        event_id=f"{job}-done", time=jct, job_id=job, rounds_completed=rounds,
-        arrival=100.0, finished_at=100.0 + jct, jct_s=jct,
-    )  # fmt: skip
+    return factories.finished(
+        job,
+        rounds,
+        arrival=100.0,
+        finished_at=100.0 + jct,
+        jct_s=jct,
+        event_id=f"{job}-done",
+        time=jct,
+    )
 
 
 def _closed(

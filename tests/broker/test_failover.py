@@ -23,12 +23,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from services.scheduler.process import kill_worker, start_worker, stop_worker
+from tests.broker.scheduler_bus import checkin, scheduler_env
 from tests.event_recorder import EventRecorder
 from venn import events as ev
 from venn.broker import topics
 from venn.broker.process import free_port
-from venn.broker.topics import prepare_topics
-from venn.settings import Settings
 from venn.stack.processes import settled_decider
 
 WORKERS = 3
@@ -90,16 +89,11 @@ class Cluster:
 async def cluster(
     broker: str, broker_kind: str, run_dir: Path, partitions: int
 ) -> AsyncIterator[Cluster]:
-    app_id = f"venn-failover-{uuid.uuid4().hex[:8]}"
-    await prepare_topics(Settings(broker=broker, app_id=app_id, topic_partitions=partitions))
-    env = {
-        "VENN_BROKER": broker,
-        "VENN_BROKER_KIND": broker_kind,  # its client profile (venn/broker/tuning.py)
-        "VENN_APP_ID": app_id,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_POLICY": "venn",
-    }
+    env = await scheduler_env(
+        broker, run_dir, partitions, "failover",
+        VENN_BROKER_KIND=broker_kind,  # its client profile (venn/broker/tuning.py)
+        VENN_POLICY="venn",
+    )  # fmt: skip
     c = Cluster(broker, env, run_dir)
     try:
         for i in range(WORKERS):
@@ -108,17 +102,6 @@ async def cluster(
     finally:
         for proc in c.procs.values():
             stop_worker(proc, timeout=10)
-
-
-def checkin(device_id: str, attrs: dict[str, float]) -> ev.DeviceCheckin:
-    return ev.DeviceCheckin(
-        event_id=f"ci-{uuid.uuid4().hex}",
-        time=time.time(),
-        device_id=device_id,
-        attrs=attrs,
-        speed_ms_per_sample=60.0,
-        bandwidth_kbps=12000.0,
-    )
 
 
 async def test_a_standby_decides_after_the_decider_is_killed(cluster: Cluster) -> None:

@@ -5,15 +5,14 @@ the feed."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer
 
 from services.gateway.dashboard import DeadLetterFeed
 from services.gateway.status_feed import StatusFeed
+from tests.polling import until
 from venn import events as ev
 from venn.broker import topics
 from venn.broker.topics import ensure_topics
@@ -26,13 +25,6 @@ def snapshot(at: float, worker: str) -> SchedulerStatus:
         time=at, worker=worker, policy="venn", window=0, checkin_rate_per_s=0.0,
         busy_devices=0, device_groups=[], job_groups=[], jobs=[],
     )  # fmt: skip
-
-
-async def until(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not seen in time"
-        await asyncio.sleep(0.1)
 
 
 async def test_feeds_follow_their_topics_and_skip_what_they_cannot_read(

@@ -30,7 +30,6 @@ from venn.settings import Settings
 
 SECRET = secrets.token_urlsafe(32)
 TOKENS = Tokens(SECRET)
-ADMIN = TOKENS.issue("admin", "test-operator", ttl_s=600)
 
 
 async def gateway(broker: str, partitions: int) -> GatewayServer:
@@ -104,10 +103,12 @@ async def test_forged_ends_of_a_job_change_no_view(
     job_a, job_b = f"a-{tag}", f"b-{tag}"
     attrs = {f"only-{job_b}": 1.0}
     server = await gateway(broker, partitions)
+    # Minted here, not at import: the module may run long after the suite was collected.
+    admin = TOKENS.issue("admin", "test-operator", ttl_s=600)
     try:
         spec = {"job_id": job_b, "requirement": attrs, "demand": 2, "rounds": 2,
                 "deadline_s": 30}  # fmt: skip
-        status, submitted = await call(http, server, "POST", "/v1/jobs", ADMIN, spec)
+        status, submitted = await call(http, server, "POST", "/v1/jobs", admin, spec)
         assert status == 201
         token_b = submitted["token"]
         token_a = TOKENS.issue("job", "owner-a", jobs=[job_a], ttl_s=600)
@@ -143,7 +144,7 @@ async def test_forged_ends_of_a_job_change_no_view(
     server = await gateway(broker, partitions)
     try:
         assert server.gateway.view.is_open(job_b)
-        status, job = await call(http, server, "GET", f"/v1/jobs/{job_b}", ADMIN)
+        status, job = await call(http, server, "GET", f"/v1/jobs/{job_b}", admin)
         assert (status, job["state"]) == (200, "running"), job
     finally:
         await server.stop()

@@ -31,12 +31,13 @@ from aiokafka import AIOKafkaProducer
 
 from services.gateway import GatewayServer
 from services.scheduler.process import start_worker, stop_worker
+from tests.broker.scheduler_bus import scheduler_env
 from tests.event_recorder import EventRecorder, Published, Recorded
+from tests.polling import until
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import topics
 from venn.broker.process import free_port
-from venn.broker.topics import prepare_topics
 from venn.settings import Settings
 
 WAIT_S = 2.0  # see VENN_GATEWAY_WAIT_S: an idle Faust worker on Tansu reads up to 1.5 s late
@@ -129,16 +130,9 @@ class Stack:
             return r.status, payload, time.monotonic() - start
 
 
-async def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s"
-        await asyncio.sleep(0.05)
-
-
 async def round_open(server: GatewayServer, job_id: str) -> None:
     """Until the gateway's demand view has seen the job's round open."""
-    await wait_for(lambda: server.gateway.view.is_open(job_id), 10)
+    await until(lambda: server.gateway.view.is_open(job_id), 10)
 
 
 async def assigned(
@@ -157,17 +151,12 @@ async def assigned(
 
 @pytest.fixture(scope="module")
 async def stack(broker: str, run_dir: Path, partitions: int) -> AsyncIterator[Stack]:
-    app_id = f"venn-scheduler-gw-{uuid.uuid4().hex[:8]}"
+    env = await scheduler_env(
+        broker, run_dir, partitions, "gw",
+        VENN_POLICY="venn", VENN_SCHEDULER_WEB_PORT=str(free_port()),
+    )  # fmt: skip
+    app_id = env["VENN_APP_ID"]
     settings = Settings(broker=broker, app_id=app_id, topic_partitions=partitions)
-    await prepare_topics(settings)
-    env = {
-        "VENN_BROKER": broker,
-        "VENN_APP_ID": app_id,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_POLICY": "venn",
-        "VENN_SCHEDULER_WEB_PORT": str(free_port()),
-    }
     tap = Tap(broker, partitions)
     await tap.start()
     server = GatewayServer(settings.with_gateway(port=0, wait_s=WAIT_S))

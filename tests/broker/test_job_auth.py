@@ -18,20 +18,20 @@ import sqlalchemy as sa
 
 from services.recorder import RecorderStats, run_recorder
 from services.scheduler.process import start_worker, stop_worker
-from tests.broker.test_scheduler_pipeline import (
+from tests.broker.scheduler_bus import (
     READY_TIMEOUT,
     Bus,
     checkins,
     finished,
     job,
     round_request,
+    scheduler_env,
 )
 from venn import events as ev
 from venn.audit import make_engine
 from venn.auth import Tokens
 from venn.broker import topics
 from venn.broker.process import free_port
-from venn.broker.topics import prepare_topics
 from venn.settings import Settings
 
 SECRET = secrets.token_urlsafe(32)
@@ -54,17 +54,11 @@ def closed(job_id: str, token: str | None) -> ev.RoundClosed:
 async def stack(
     broker: str, run_dir: Path, partitions: int, pg_url: str
 ) -> AsyncIterator[tuple[Bus, RecorderStats]]:
-    app_id = f"venn-scheduler-auth-{uuid.uuid4().hex[:8]}"
-    settings = Settings(broker=broker, app_id=app_id, topic_partitions=partitions)
-    await prepare_topics(settings)
-    env = {
-        "VENN_BROKER": broker,
-        "VENN_APP_ID": app_id,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_AUTH_SECRET": SECRET,
-        "VENN_SCHEDULER_WEB_PORT": str(free_port()),
-    }
+    env = await scheduler_env(
+        broker, run_dir, partitions, "auth",
+        VENN_AUTH_SECRET=SECRET, VENN_SCHEDULER_WEB_PORT=str(free_port()),
+    )  # fmt: skip
+    app_id = env["VENN_APP_ID"]
     bus = Bus(broker, partitions)
     await bus.start()
     with open(run_dir / f"{app_id}.log", "ab") as log:

@@ -15,13 +15,12 @@ import sqlalchemy as sa
 
 from services.recorder import RecorderStats, run_recorder
 from services.scheduler.process import start_worker, stop_worker
-from tests.broker.test_scheduler_pipeline import READY_TIMEOUT, Bus, checkins
+from tests.broker.scheduler_bus import READY_TIMEOUT, Bus, checkins, scheduler_env
 from tests.event_recorder import EventRecorder, Published
 from venn import events as ev
 from venn.audit import make_engine
 from venn.broker import topics
 from venn.broker.process import free_port
-from venn.broker.topics import prepare_topics
 from venn.sdk import VennClient
 from venn.settings import Settings
 
@@ -30,16 +29,11 @@ TIMEOUT_S = 4.0
 
 @pytest.fixture(scope="module")
 async def stack(broker: str, run_dir: Path, partitions: int, pg_url: str) -> AsyncIterator[Bus]:
-    app_id = f"venn-scheduler-life-{uuid.uuid4().hex[:8]}"
-    await prepare_topics(Settings(broker=broker, app_id=app_id, topic_partitions=partitions))
-    env = {
-        "VENN_BROKER": broker,
-        "VENN_APP_ID": app_id,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_JOB_TIMEOUT_S": str(TIMEOUT_S),
-        "VENN_SCHEDULER_WEB_PORT": str(free_port()),
-    }
+    env = await scheduler_env(
+        broker, run_dir, partitions, "life",
+        VENN_JOB_TIMEOUT_S=str(TIMEOUT_S), VENN_SCHEDULER_WEB_PORT=str(free_port()),
+    )  # fmt: skip
+    app_id = env["VENN_APP_ID"]
     bus = Bus(broker, partitions)
     await bus.start()
     with open(run_dir / f"{app_id}.log", "ab") as log:

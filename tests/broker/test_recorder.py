@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 import msgspec
@@ -14,6 +13,7 @@ from aiokafka import AIOKafkaProducer
 
 from services.recorder import RecorderStats, RecorderTopics, run_recorder
 from tests.event_recorder import Published
+from tests.polling import until
 from venn.audit import make_engine
 from venn.broker.topics import delete_topics, ensure_topics
 from venn.events import (
@@ -58,13 +58,6 @@ async def publish(broker: str, messages: Sequence[tuple[str, bytes | None, bytes
         await producer.flush()
     finally:
         await producer.stop()
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.1)
 
 
 async def refuse_rounds_of(url: str, job_id: str, unique: str, install: bool) -> None:
@@ -166,7 +159,7 @@ async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals
     )
     engine = make_engine(pg_url)
     try:
-        await wait_for(lambda: stats.records >= len(messages) or task.done())
+        await until(lambda: stats.records >= len(messages) or task.done(), 30)
         stop.set()
         first = await asyncio.wait_for(task, 30)
         assert first.records == len(messages)
@@ -230,7 +223,7 @@ async def test_recorder_writes_idempotently_skips_junk_and_dead_letters_refusals
         task2 = asyncio.create_task(
             run_recorder(settings, stop2, names=names, group_id=f"rec-{unique}", stats=stats2)
         )
-        await wait_for(lambda: stats2.records >= len(replay) or task2.done())
+        await until(lambda: stats2.records >= len(replay) or task2.done(), 30)
         await asyncio.sleep(1.0)  # would any old message be re-read?
         stop2.set()
         second = await asyncio.wait_for(task2, 30)

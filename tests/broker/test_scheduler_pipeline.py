@@ -8,233 +8,44 @@ never take these devices, nor these jobs theirs.
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from subprocess import Popen
 from typing import Any
 
 import msgspec
 import pytest
-from aiokafka import AIOKafkaProducer
 
-from services.scheduler.process import kill_worker, start_worker, stop_worker
-from tests.event_recorder import EventRecorder
+from services.scheduler.process import kill_worker
+from tests.broker.scheduler_bus import (
+    READY_TIMEOUT,
+    Bus,
+    Worker,
+    checkin,
+    checkins,
+    finished,
+    job,
+    result,
+    round_request,
+    scheduler_env,
+    scheduler_on_bus,
+)
 from venn import events as ev
 from venn import fields
 from venn.broker import topics
-from venn.broker.process import free_port
-from venn.broker.topics import prepare_topics
-from venn.settings import Settings
 
 MAX_EVENT_BYTES = 4096
-READY_TIMEOUT = 180.0  # a restart after SIGKILL waits for the dead member's session to expire;
-# one CI run on a loaded machine needed more than 90 s
-
-
-OUTPUTS = (topics.ASSIGNMENTS, topics.DEAD_LETTERS, topics.REPLIES)
-
-
-@dataclass
-class Bus:
-    """A producer for the scheduler's inputs, and the event recorder of its outputs
-    (`OUTPUTS`) from the moment the stack starts."""
-
-    bootstrap: str
-    partitions: int
-    producer: AIOKafkaProducer = field(init=False)
-    published: EventRecorder = field(init=False)
-
-    async def start(self) -> None:
-        self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap)
-        await self.producer.start()
-        self.published = await EventRecorder(self.bootstrap, OUTPUTS).start()
-
-    async def stop(self) -> None:
-        await self.published.stop()
-        await self.producer.stop()
-
-    async def send(
-        self,
-        topic: str,
-        value: bytes | ev.Event,
-        key: bytes | None = None,
-        partition: int | None = None,
-    ) -> Any:
-        if isinstance(value, ev.Event):
-            key = key if key is not None else ev.key_of(value)
-            value = ev.encode(value)
-        return await self.producer.send_and_wait(topic, value, key=key, partition=partition)
-
-    async def barrier(self, topic: str, timeout: float = 20.0) -> None:
-        """Returns once the worker has processed everything sent to `topic` before."""
-        metas = [
-            await self.send(topic, b"\x00barrier " + uuid.uuid4().bytes, partition=p)
-            for p in range(self.partitions)
-        ]
-        for meta in metas:
-            await self.published.dead_letter_of(topic, meta, timeout)
-
-    def assigned(self, job_ids: set[str]) -> list[ev.Assignment]:
-        return self.published.assignments(job_ids)
-
-
-@dataclass
-class Worker:
-    env: dict[str, str]
-    log_path: Path
-    proc: Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.env["VENN_SCHEDULER_WEB_PORT"] = str(free_port())
-        with open(self.log_path, "ab") as log:
-            # Faust's rebalance and recovery logs, for a restart that does not come back.
-            self.proc = start_worker(self.env, log, level="info")
-
-    def diagnosis(self) -> str:
-        """The worker's /healthz (which names stalled partitions) and its log's tail."""
-        url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/healthz"
-        try:
-            health = urllib.request.urlopen(url, timeout=5).read().decode()
-        except urllib.error.HTTPError as exc:
-            health = f"{exc.code} {exc.read().decode()}"
-        except OSError as exc:
-            health = repr(exc)
-        try:
-            url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/metrics"
-            text = urllib.request.urlopen(url, timeout=5).read().decode()
-            counters = "\n".join(
-                line
-                for line in text.splitlines()
-                if line.startswith(("venn_scheduler_events_total", "venn_scheduler_consumer_lag",
-                                    "venn_scheduler_dead_letters_total", "venn_scheduler_output",
-                                    "venn_scheduler_offsets_total"))
-            )  # fmt: skip
-        except OSError as exc:
-            counters = repr(exc)
-        if self.proc is not None and self.proc.poll() is None:
-            # Its asyncio tasks' stacks, then its threads' (services/scheduler/__main__.py).
-            for sig in (signal.SIGUSR1, signal.SIGQUIT):
-                self.proc.send_signal(sig)
-                time.sleep(1.0)
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        wanted = [line for line in lines if "aiokafka" not in line or "ERROR" in line]
-        return f"healthz: {health}\nmetrics:\n{counters}\nworker log (tail):\n" + "\n".join(
-            wanted[-400:]
-        )
-
-    def metric_total(self, name: str) -> float:
-        url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/metrics"
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-        for line in text.splitlines():
-            if line.startswith(f"{name} "):
-                return float(line.split()[1])
-        return 0.0
-
-    def metric(self, name: str, topic: str) -> float:
-        url = f"http://127.0.0.1:{self.env['VENN_SCHEDULER_WEB_PORT']}/metrics"
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-        needle = f'{name}{{topic="{topic}"}} '
-        for line in text.splitlines():
-            if line.startswith(needle):
-                return float(line[len(needle) :])
-        return 0.0
 
 
 @pytest.fixture(scope="module")
 async def stack(broker: str, run_dir: Path, partitions: int) -> AsyncIterator[tuple[Bus, Worker]]:
-    app_id = f"venn-scheduler-test-{uuid.uuid4().hex[:8]}"
-    settings = Settings(broker=broker, app_id=app_id, topic_partitions=partitions)
-    await prepare_topics(settings)
-    env = {
-        "VENN_BROKER": broker,
-        "VENN_APP_ID": app_id,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_MAX_EVENT_BYTES": str(MAX_EVENT_BYTES),
-        "VENN_POLICY": "venn",
-    }
-    worker = Worker(env, run_dir / f"{app_id}.log")
-    bus = Bus(broker, partitions)
-    await bus.start()
-    worker.start()
-    try:
-        await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
-        yield bus, worker
-    finally:
-        if worker.proc is not None:
-            stop_worker(worker.proc, timeout=10)
-        await bus.stop()
-
-
-def job(job_id: str, attr: str, minimum: float, demand: int = 3) -> ev.JobRegistered:
-    return ev.JobRegistered(
-        event_id=f"reg-{job_id}",
-        time=time.time(),
-        job_id=job_id,
-        requirement={attr: minimum},
-        demand=demand,
-        rounds=5,
-        deadline_s=60,
-        workload_s=5,
-    )
-
-
-def round_request(job_id: str, round_index: int, demand: int) -> ev.RoundRequested:
-    return ev.RoundRequested(
-        event_id=f"rr-{job_id}-{round_index}",
-        time=time.time(),
-        job_id=job_id,
-        round_index=round_index,
-        demand=demand,
-    )
-
-
-def checkin(device_id: str, attrs: dict[str, float]) -> ev.DeviceCheckin:
-    return ev.DeviceCheckin(
-        event_id=f"ci-{uuid.uuid4().hex}",
-        time=time.time(),
-        device_id=device_id,
-        attrs=attrs,
-        speed_ms_per_sample=60.0,
-        bandwidth_kbps=12000.0,
-    )
-
-
-def result(job_id: str, round_index: int, device_id: str) -> ev.DeviceResult:
-    return ev.DeviceResult(
-        event_id=f"res-{uuid.uuid4().hex}",
-        time=time.time(),
-        job_id=job_id,
-        round_index=round_index,
-        device_id=device_id,
-        ok=True,
-        response_time_s=3.0,
-    )
-
-
-def finished(job_id: str) -> ev.JobFinished:
-    now = time.time()
-    return ev.JobFinished(
-        event_id=f"fin-{job_id}",
-        time=now,
-        job_id=job_id,
-        rounds_completed=0,
-        arrival=now,
-        finished_at=now,
-        jct_s=0.0,
-    )
-
-
-async def checkins(bus: Bus, devices: list[str], attrs: dict[str, float]) -> None:
-    for device in devices:
-        await bus.send(topics.CHECKINS, checkin(device, attrs))
-    await bus.barrier(topics.CHECKINS)
+    env = await scheduler_env(
+        broker, run_dir, partitions, "test",
+        VENN_MAX_EVENT_BYTES=str(MAX_EVENT_BYTES), VENN_POLICY="venn",
+    )  # fmt: skip
+    async with scheduler_on_bus(broker, partitions, env) as stack:
+        yield stack
 
 
 async def test_happy_path(stack: tuple[Bus, Worker]) -> None:

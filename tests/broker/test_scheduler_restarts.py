@@ -20,46 +20,29 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from services.scheduler.process import kill_worker, stop_worker
-from tests.broker.test_scheduler_pipeline import (
+from tests.broker.scheduler_bus import (
     READY_TIMEOUT,
     Bus,
     Worker,
     checkin,
     job,
     round_request,
+    scheduler_env,
+    scheduler_on_bus,
 )
 from venn import events as ev
 from venn.broker import topics
-from venn.broker.topics import prepare_topics
 from venn.core import JobSpec, Requirement, make_scheduler
 from venn.core.snapshot import snapshot_job
-from venn.settings import Settings
 
 
 @pytest.fixture(scope="module")
 async def stack(
     broker: str, run_dir: Path, partitions: int
 ) -> AsyncIterator[tuple[Bus, Worker, str]]:
-    app_id = f"venn-scheduler-restarts-{uuid.uuid4().hex[:8]}"
-    await prepare_topics(Settings(broker=broker, app_id=app_id, topic_partitions=partitions))
-    env = {
-        "VENN_BROKER": broker,
-        "VENN_APP_ID": app_id,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_POLICY": "venn",
-    }
-    worker = Worker(env, run_dir / f"{app_id}.log")
-    bus = Bus(broker, partitions)
-    await bus.start()
-    worker.start()
-    try:
-        await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
-        yield bus, worker, app_id
-    finally:
-        if worker.proc is not None:
-            stop_worker(worker.proc, timeout=10)
-        await bus.stop()
+    env = await scheduler_env(broker, run_dir, partitions, "restarts", VENN_POLICY="venn")
+    async with scheduler_on_bus(broker, partitions, env) as (bus, worker):
+        yield bus, worker, env["VENN_APP_ID"]
 
 
 async def restart(bus: Bus, worker: Worker, kill: bool = False) -> None:

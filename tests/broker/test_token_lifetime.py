@@ -23,7 +23,8 @@ import pytest
 import sqlalchemy as sa
 
 from services.scheduler.process import kill_worker, stop_worker
-from tests.broker.test_scheduler_pipeline import (
+from tests import factories
+from tests.broker.scheduler_bus import (
     READY_TIMEOUT,
     Bus,
     Worker,
@@ -31,13 +32,12 @@ from tests.broker.test_scheduler_pipeline import (
     finished,
     job,
     round_request,
+    scheduler_env,
 )
 from venn import events as ev
 from venn.audit import make_engine
 from venn.auth import Tokens
 from venn.broker import topics
-from venn.broker.topics import prepare_topics
-from venn.settings import Settings
 
 SECRET = secrets.token_urlsafe(32)
 TOKENS = Tokens(SECRET)
@@ -102,14 +102,9 @@ class Stack:
 
 @pytest.fixture
 async def stack(broker: str, run_dir: Path, partitions: int, pg_url: str) -> AsyncIterator[Stack]:
-    app_id = f"venn-scheduler-life-{uuid.uuid4().hex[:8]}"
-    await prepare_topics(Settings(broker=broker, app_id=app_id, topic_partitions=partitions))
-    common = {
-        "VENN_BROKER": broker,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_AUTH_SECRET": SECRET,
-    }
+    env = await scheduler_env(broker, run_dir, partitions, "life", VENN_AUTH_SECRET=SECRET)
+    app_id = env.pop("VENN_APP_ID")
+    common = dict(env)
     worker = Worker({**common, "VENN_APP_ID": app_id}, run_dir / f"{app_id}.log")
     recorder = Recorder(
         {**common, "VENN_DATABASE_URL": pg_url, "VENN_RECORDER_GROUP": f"rec-{app_id}"},
@@ -135,11 +130,9 @@ def signed(event: ev.Event, token: str | None) -> ev.Event:
 
 def closed(job_id: str, index: int, token: str | None) -> ev.RoundClosed:
     now = time.time()
-    return ev.RoundClosed(
-        event_id=f"rc-{job_id}-{index}-{uuid.uuid4().hex[:6]}", time=now, job_id=job_id,
-        round_index=index, outcome="succeeded", demand=1, assigned=1, results=1,
-        opened_at=now - 1, closed_at=now, reason="", sched_delay_s=0.5, response_time_s=0.5,
-        token=token,
+    return factories.closed(
+        job_id, index, demand=1, opened_at=now - 1, closed_at=now, sched_delay_s=0.5,
+        response_time_s=0.5, token=token, event_id=f"rc-{job_id}-{index}-{uuid.uuid4().hex[:6]}",
     )  # fmt: skip
 
 

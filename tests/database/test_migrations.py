@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import sqlalchemy as sa
@@ -12,6 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.exc import IntegrityError
 
+from tests import factories
 from venn import fields
 from venn.audit import (
     Base,
@@ -56,22 +58,14 @@ def schema_diff(url: str) -> list[object]:
         engine.dispose()
 
 
-def closed(job: str, index: int, outcome: str = "succeeded", results: int = 8) -> RoundClosed:
-    return RoundClosed(
-        event_id=f"{job}-r{index}-closed",
-        time=10.0 + index,
-        job_id=job,
-        round_index=index,
-        outcome=outcome,  # type: ignore[arg-type]
-        demand=10,
-        assigned=10,
-        results=results,
-        opened_at=float(index),
-        closed_at=10.0 + index,
-        reason="" if outcome == "succeeded" else "deadline",
-        sched_delay_s=0.5,
-        response_time_s=9.5,
-    )
+def closed(
+    job: str, index: int, outcome: Literal["succeeded", "failed"] = "succeeded", results: int = 8
+) -> RoundClosed:
+    return factories.closed(
+        job, index, outcome, demand=10, results=results, opened_at=float(index),
+        closed_at=10.0 + index, reason="" if outcome == "succeeded" else "deadline",
+        sched_delay_s=0.5, response_time_s=9.5, event_id=f"{job}-r{index}-closed",
+    )  # fmt: skip
 
 
 def test_upgrade_downgrade_upgrade_on_postgres(scratch_pg: str) -> None:

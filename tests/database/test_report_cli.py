@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests import report_rows as rows
-from tests.report_checks import check_report, clean_env, venn_report, write_rows
+from tests.environment import clean_env
+from tests.report_checks import check_report, venn_report, write_rows
 from venn.audit import create_database, drop_database, upgrade_database
 
 

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,18 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from sqlalchemy import func, select
 
 from tests import invariants
+from tests.e2e.harness import venn_up
+from tests.environment import clean_env
+from tests.polling import wait_until
 from venn.audit.db import make_engine
 from venn.audit.models import JobAudit, RoundAudit
 from venn.broker import topics
 from venn.broker.kafka import KafkaBroker
 from venn.broker.local import KAFKA_DIR, read_detached, write_record
-from venn.broker.process import free_port, pid_alive
+from venn.broker.process import pid_alive
 from venn.settings import Settings
 from venn.stack.capture import read_topics
-from venn.stack.local import down, gateway_spec, kafka_users, service_env, up
+from venn.stack.local import gateway_spec, kafka_users, service_env
 from venn.stack.processes import (
     recorder_spec,
     running_services,
@@ -56,11 +59,6 @@ KILL_AT = (2, 5, 8, 11, 14, 17)
 """Audited rounds before each kill and before the Kafka node's restart (the workload has 22)."""
 SPEEDUP = 20.0
 WORKLOAD = ("--workload", "demo", "--jobs", str(JOBS), "--seed", "3")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
-    return {**env, **extra}
 
 
 @dataclasses.dataclass
@@ -132,39 +130,11 @@ class Run:
         write_record(self.settings.run_dir, dataclasses.replace(record, pids=pids))
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Run]:
-    run_dir = tmp_path / "run"
-    settings = Settings.from_env(
-        clean_env(
-            VENN_RUN_DIR=str(run_dir),
-            VENN_BROKER=f"127.0.0.1:{free_port()}",
-            VENN_BROKER_KIND="kafka",
-            VENN_KAFKA_NODES="3",
-            VENN_GATEWAY_PORT=str(free_port()),
-        )
-    )
-    info = up(settings)
-    settings = dataclasses.replace(
-        settings,
-        run_dir=str(info.run_dir),
-        broker=info.broker,
-        database_url=info.database_url,
-    )
-    env = clean_env(VENN_RUN_DIR=str(info.run_dir))
-    KAFKA.update(settings.for_role("admin").kafka_options)
-    try:
-        yield Run(settings, env, time.time() + 2.0, tmp_path)
-    finally:
-        down(settings)
+    with venn_up(tmp_path / "run", VENN_KAFKA_NODES="3") as (info, settings):
+        KAFKA.update(settings.for_role("admin").kafka_options)
+        yield Run(settings, clean_env(info.run_dir), time.time() + 2.0, tmp_path)
 
 
 def test_every_job_finishes_through_kills_of_each_service(stack: Run) -> None:

@@ -14,11 +14,11 @@ design.md hold.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import time
 import urllib.request
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,35 +28,17 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests import invariants
-from venn.audit.db import create_database, drop_database
-from venn.audit.migrate import upgrade_database
+from tests.e2e.harness import DEMO, demo_run
 from venn.broker import security, topics
 from venn.broker.process import free_port
 from venn.settings import Settings
-from venn.stack.demo import DemoConfig, DemoHandles, DemoResult, run_demo
+from venn.stack.demo import DemoHandles, DemoResult
 from venn.stack.local import service_env
 from venn.stack.processes import running_services, scheduler_spec, start_service, stop_pid
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = DemoConfig(
-    workload="demo",
-    policy="venn",
-    jobs=3,
-    seed=3,
-    speedup=20.0,
-    rate_per_s=1.5,
-    arrival_scale=0.02,
-    timeout_s=300.0,
-    workers=1,
-    capture_topics=(
-        topics.CHECKINS,
-        topics.JOBS,
-        topics.ASSIGNMENTS,
-        topics.RESULTS,
-        topics.ROUNDS,
-    ),
-)
+CONFIG = dataclasses.replace(DEMO, jobs=3, timeout_s=300.0, workers=1)
 SCHEDULER_INPUTS = (
     topics.JOBS,
     topics.ROUNDS,
@@ -178,29 +160,16 @@ async def run(
     broker_kind: str, pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[tuple[DemoResult, Report, list[str]]]:
     run_dir = Path(tmp_path_factory.mktemp("ledger-chaos"))
-    url = create_database(pg_admin_url, f"venn_chaos_{uuid.uuid4().hex[:10]}")
-    try:
-        upgrade_database(url)
-        config = DemoConfig(
-            **{
-                **CONFIG.__dict__,
-                "database_url": url,
-                "run_dir": str(run_dir),
-                "broker_kind": broker_kind,
-            }
-        )
-        handles, log, report = DemoHandles(), list[str](), Report()
-        handles.before_teardown = settle(report, handles)
-        changes = asyncio.create_task(chaos(handles, log))
-        result = await run_demo(config, handles)
+    handles, log, report = DemoHandles(), list[str](), Report()
+    handles.before_teardown = settle(report, handles)
+    changes = asyncio.create_task(chaos(handles, log))
+    async with demo_run(CONFIG, pg_admin_url, run_dir, broker_kind, handles) as result:
         await changes  # raises if a change could not be made
         print(
             f"ledger chaos: startup {result.startup_s:.1f} s, workload {result.wall_s:.1f} s, "
             f"changes {log}, topics {report.ends}"
         )
         yield result, report, log
-    finally:
-        drop_database(url)
 
 
 async def test_every_change_was_made(run: tuple[DemoResult, Report, list[str]]) -> None:
@@ -223,13 +192,4 @@ async def test_every_job_finishes_with_the_invariants(
 ) -> None:
     result, _, _ = run
     assert result.jobs_finished == result.jobs_total == CONFIG.jobs
-    events = result.events
-    assert invariants.assignments(events)
-    assert invariants.ineligible(events) == []
-    assert invariants.overlapping(events) == []
-    assert invariants.over_demand(events) == {}
-    assert result.extra_assignments == 0
-    mine = {j.job_id for j in result.jobs}
-    closes = invariants.closes(events, mine)
-    assert closes and max(closes.values()) == 1
-    assert invariants.audit_mismatch(events, result.database_url, mine) == {}
+    invariants.assert_all_hold(result)

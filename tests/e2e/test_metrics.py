@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 import urllib.error
@@ -18,12 +17,13 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
 
+from tests.e2e.harness import venn_up
+from tests.environment import clean_env
 from venn.auth.local import issuer, job_token
 from venn.broker import topics
-from venn.broker.process import free_port
 from venn.sdk import VennClient
-from venn.settings import Settings, run_dir_secret
-from venn.stack.local import down, stack_ports, up
+from venn.settings import Settings
+from venn.stack.local import stack_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -92,23 +92,10 @@ def post(port: int, path: str, body: bytes, token: str) -> tuple[int, dict[str, 
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Settings]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
-    settings = Settings.from_env(
-        {
-            **env,
-            "VENN_RUN_DIR": str(tmp_path / "run"),
-            "VENN_BROKER": f"127.0.0.1:{free_port()}",
-            "VENN_BROKER_KIND": "kafka",
-            "VENN_GATEWAY_PORT": str(free_port()),
-        }
-    )
-    info = up(settings)
-    settings = Settings.from_env({**env, "VENN_RUN_DIR": str(info.run_dir)})
-    assert settings.auth_secret == run_dir_secret(info.run_dir)
-    try:
+    with venn_up(tmp_path / "run") as (info, settings):
+        # A client in the run dir finds the stack's secret.
+        assert Settings.from_env(clean_env(info.run_dir)).auth_secret == settings.auth_secret
         yield settings
-    finally:
-        down(settings)
 
 
 def test_every_service_counts_what_it_was_sent(stack: Settings) -> None:

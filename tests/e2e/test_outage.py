@@ -6,21 +6,20 @@ was written before the outage is processed."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import os
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from sqlalchemy import select
 
+from tests.e2e.harness import venn_up
+from tests.polling import wait_until
 from venn import events as ev
 from venn.audit.db import make_engine
 from venn.audit.models import RoundAudit
@@ -29,9 +28,9 @@ from venn.broker import topics
 from venn.broker.local import start_detached, stop_detached
 from venn.broker.process import free_port
 from venn.sdk import VennClient
-from venn.settings import Settings, run_dir_secret
+from venn.settings import Settings
 from venn.stack.capture import read_topics
-from venn.stack.local import StackInfo, down, kafka_users, up
+from venn.stack.local import StackInfo, kafka_users
 
 pytestmark = pytest.mark.e2e
 
@@ -56,39 +55,13 @@ def http(
         return 0, {}
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[StackInfo, Settings]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
-    settings = Settings.from_env(
-        {
-            **env,
-            "VENN_RUN_DIR": str(tmp_path / "run"),
-            "VENN_BROKER": f"127.0.0.1:{free_port()}",
-            "VENN_BROKER_KIND": "kafka",
-            "VENN_GATEWAY_PORT": str(free_port()),
-            "VENN_SCHEDULER_WEB_PORT": str(free_port()),
-        }
-    )
-    info = up(settings)
-    settings = dataclasses.replace(
-        settings,
-        run_dir=str(info.run_dir),
-        database_url=info.database_url,
-        broker_kind="kafka",
-        auth_secret=run_dir_secret(info.run_dir),
-    )
-    try:
-        yield info, settings
-    finally:
-        down(settings)
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Settings]]:
+    """One `venn up` for the module: the dead-letter test first, then the outage (the
+    broker's stop and restart) last."""
+    run_dir = tmp_path_factory.mktemp("outage") / "run"
+    with venn_up(run_dir, VENN_SCHEDULER_WEB_PORT=str(free_port())) as stack:
+        yield stack
 
 
 def checkin(settings: Settings, device: str) -> tuple[int, dict[str, Any]]:
@@ -97,6 +70,51 @@ def checkin(settings: Settings, device: str) -> tuple[int, dict[str, Any]]:
     tokens = issuer(settings)
     assert tokens is not None  # venn up authenticates
     return http(url, body, tokens.issue("device", device, ttl_s=600))
+
+
+def test_each_bad_record_gets_exactly_one_dead_letter(stack: tuple[StackInfo, Settings]) -> None:
+    """Issue 12, defect 8: a bad record on venn.jobs or venn.rounds got two dead letters
+    (scheduler and recorder), on venn.results one more per SDK client, on venn.replies and
+    venn.revocations none. Now each gets one, from the service that owns that topic's
+    input."""
+    _, settings = stack
+    gateway = f"http://127.0.0.1:{settings.gateway.port}/healthz"
+    wait_until(lambda: http(gateway)[0] == 200, 60, "the gateway to serve")
+    gateway_id = http(gateway)[1]["gateway_id"]
+    admin = settings.for_role("admin").kafka_options
+    marker = uuid.uuid4().hex
+    bad = {
+        topics.JOBS: b"not json " + marker.encode(),
+        topics.ROUNDS: b'{"type": "round_closed", "marker": "' + marker.encode() + b'"}',
+        topics.RESULTS: b"[" + marker.encode() + b"]",
+        topics.REPLIES: b"\xff" + marker.encode(),
+        topics.REVOCATIONS: b'{"type": "token_revoked", "marker": "' + marker.encode() + b'"}',
+    }
+
+    async def run() -> list[ev.DeadLetter]:
+        options = settings.for_role("coordinator").kafka_options
+        async with VennClient(settings.broker, kafka_options=options):  # an SDK reader too
+            producer = AIOKafkaProducer(bootstrap_servers=settings.broker, **admin)
+            await producer.start()
+            try:
+                for topic, value in bad.items():
+                    key = gateway_id if topic == topics.REPLIES else f"k-{marker}"
+                    await producer.send_and_wait(topic, value, key=key.encode())
+            finally:
+                await producer.stop()
+            await asyncio.sleep(8.0)  # every reader has read them
+        found = await read_topics(settings.broker, [topics.DEAD_LETTERS], options=admin)
+        return [
+            e
+            for e in found[topics.DEAD_LETTERS]
+            if isinstance(e, ev.DeadLetter) and marker.encode() in e.original_bytes()
+        ]
+
+    letters = asyncio.run(run())
+    by_topic: dict[str, int] = {}
+    for letter in letters:
+        by_topic[letter.source_topic] = by_topic.get(letter.source_topic, 0) + 1
+    assert by_topic == dict.fromkeys(bad, 1), by_topic
 
 
 def test_broker_loss_turns_health_red_and_everything_resumes(
@@ -157,48 +175,3 @@ def test_broker_loss_turns_health_red_and_everything_resumes(
         return [r.round_index for r in rows] == [0]
 
     wait_until(audited, 120, "the recorder to audit the close written before the outage")
-
-
-def test_each_bad_record_gets_exactly_one_dead_letter(stack: tuple[StackInfo, Settings]) -> None:
-    """Issue 12, defect 8: a bad record on venn.jobs or venn.rounds got two dead letters
-    (scheduler and recorder), on venn.results one more per SDK client, on venn.replies and
-    venn.revocations none. Now each gets one, from the service that owns that topic's
-    input."""
-    _, settings = stack
-    gateway = f"http://127.0.0.1:{settings.gateway.port}/healthz"
-    wait_until(lambda: http(gateway)[0] == 200, 60, "the gateway to serve")
-    gateway_id = http(gateway)[1]["gateway_id"]
-    admin = settings.for_role("admin").kafka_options
-    marker = uuid.uuid4().hex
-    bad = {
-        topics.JOBS: b"not json " + marker.encode(),
-        topics.ROUNDS: b'{"type": "round_closed", "marker": "' + marker.encode() + b'"}',
-        topics.RESULTS: b"[" + marker.encode() + b"]",
-        topics.REPLIES: b"\xff" + marker.encode(),
-        topics.REVOCATIONS: b'{"type": "token_revoked", "marker": "' + marker.encode() + b'"}',
-    }
-
-    async def run() -> list[ev.DeadLetter]:
-        options = settings.for_role("coordinator").kafka_options
-        async with VennClient(settings.broker, kafka_options=options):  # an SDK reader too
-            producer = AIOKafkaProducer(bootstrap_servers=settings.broker, **admin)
-            await producer.start()
-            try:
-                for topic, value in bad.items():
-                    key = gateway_id if topic == topics.REPLIES else f"k-{marker}"
-                    await producer.send_and_wait(topic, value, key=key.encode())
-            finally:
-                await producer.stop()
-            await asyncio.sleep(8.0)  # every reader has read them
-        found = await read_topics(settings.broker, [topics.DEAD_LETTERS], options=admin)
-        return [
-            e
-            for e in found[topics.DEAD_LETTERS]
-            if isinstance(e, ev.DeadLetter) and marker.encode() in e.original_bytes()
-        ]
-
-    letters = asyncio.run(run())
-    by_topic: dict[str, int] = {}
-    for letter in letters:
-        by_topic[letter.source_topic] = by_topic.get(letter.source_topic, 0) + 1
-    assert by_topic == dict.fromkeys(bad, 1), by_topic

@@ -4,7 +4,7 @@ published on the topics and what was recorded in the audit DB."""
 
 from __future__ import annotations
 
-import uuid
+import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,35 +13,20 @@ import pytest
 from sqlalchemy import select
 
 from tests import invariants
-from venn.audit.db import create_database, drop_database, make_engine
-from venn.audit.migrate import upgrade_database
+from tests.e2e.harness import DEMO, demo_run
+from venn.audit.db import make_engine
 from venn.audit.models import JobAudit, RoundAudit
 from venn.broker import topics
 from venn.events import (
     JobFinished,
     RoundClosed,
 )
-from venn.stack.demo import DemoConfig, DemoResult, run_demo
+from venn.stack.demo import DemoResult
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = DemoConfig(
-    workload="demo",
-    policy="venn",
-    jobs=4,  # tiers 1-4: nested requirements, so every pair of jobs competes
-    seed=3,
-    speedup=20.0,
-    rate_per_s=1.5,
-    arrival_scale=0.02,
-    timeout_s=240.0,
-    capture_topics=(
-        topics.CHECKINS,
-        topics.JOBS,
-        topics.ASSIGNMENTS,
-        topics.RESULTS,
-        topics.ROUNDS,
-    ),
-)
+# tiers 1-4: nested requirements, so every pair of jobs competes
+CONFIG = dataclasses.replace(DEMO, jobs=4, timeout_s=240.0)
 
 
 @pytest.fixture(
@@ -57,22 +42,9 @@ async def run(
 ) -> AsyncIterator[DemoResult]:
     kind = broker_kind if request.param == "session" else request.param
     run_dir = Path(tmp_path_factory.mktemp(f"e2e-run-{kind}"))
-    url = create_database(pg_admin_url, f"venn_e2e_{uuid.uuid4().hex[:10]}")
-    try:
-        upgrade_database(url)
-        config = DemoConfig(
-            **{
-                **CONFIG.__dict__,
-                "database_url": url,
-                "run_dir": str(run_dir),
-                "broker_kind": kind,
-            }
-        )
-        result = await run_demo(config)
+    async with demo_run(CONFIG, pg_admin_url, run_dir, kind) as result:
         assert result.broker.startswith("Apache Kafka" if kind == "kafka" else "Tansu")
         yield result
-    finally:
-        drop_database(url)
 
 
 def of(result: DemoResult, topic: str, kind: type) -> list:

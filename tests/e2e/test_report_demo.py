@@ -4,16 +4,15 @@ audit rows and against what the demo's coordinators saw."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.report_checks import audit_figures, check_report, clean_env, venn_report
-from venn.audit.db import create_database, drop_database
-from venn.audit.migrate import upgrade_database
-from venn.stack.demo import DemoConfig, DemoResult, run_demo
+from tests.e2e.harness import demo_run
+from tests.environment import clean_env
+from tests.report_checks import audit_figures, check_report, venn_report
+from venn.stack.demo import DemoConfig, DemoResult
 from venn.workloads import TIER_NAMES
 
 pytestmark = pytest.mark.e2e
@@ -48,25 +47,18 @@ async def demo(
     here = tmp_path_factory.mktemp("report-demo")
     (here / "report_job_config.yml").write_text(JOB_CONFIG)
     (here / "report_workload.yml").write_text(WORKLOAD)
-    url = create_database(pg_admin_url, f"venn_report_{uuid.uuid4().hex[:10]}")
-    try:
-        upgrade_database(url)
-        config = DemoConfig(
-            workload=str(here / "report_workload.yml"),
-            jobs=3,
-            seed=0,
-            speedup=40.0,
-            rate_per_s=1.5,
-            arrival_scale=0.01,
-            first_arrival_s=10.0,
-            timeout_s=120.0,
-            database_url=url,
-            run_dir=str(here / "run"),
-            broker_kind=broker_kind,
-        )
-        yield await run_demo(config)
-    finally:
-        drop_database(url)
+    config = DemoConfig(
+        workload=str(here / "report_workload.yml"),
+        jobs=3,
+        seed=0,
+        speedup=40.0,
+        rate_per_s=1.5,
+        arrival_scale=0.01,
+        first_arrival_s=10.0,
+        timeout_s=120.0,
+    )
+    async with demo_run(config, pg_admin_url, here / "run", broker_kind) as result:
+        yield result
 
 
 async def test_report_of_a_finished_demo(demo: DemoResult, tmp_path: Path) -> None:

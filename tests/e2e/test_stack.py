@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy import select
 
+from tests.environment import clean_env
 from venn import events as ev
 from venn.audit.db import make_engine
 from venn.audit.models import JobAudit, RoundAudit
@@ -38,11 +38,6 @@ KAFKA: dict[str, Any] = {}
 """The operator's (admin) Kafka options of the stack under test: it signs in with SASL."""
 
 DEVICE = {"cpu_f": 9.0, "ram": 8.0, "fp16_mem": 8.0, "android_os": 12.0}
-
-
-def clean_env(run_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
-    return {**env, "VENN_RUN_DIR": str(run_dir), **extra}
 
 
 def venn(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 240) -> str:

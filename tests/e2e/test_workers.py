@@ -6,22 +6,20 @@ phase, every job finishes and every invariant of design.md holds."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests import invariants
-from venn.audit.db import create_database, drop_database
-from venn.audit.migrate import upgrade_database
-from venn.broker import topics
+from tests.e2e.harness import DEMO, demo_run
 from venn.broker.process import free_port
-from venn.stack.demo import DemoConfig, DemoHandles, DemoResult, run_demo
+from venn.stack.demo import DemoHandles, DemoResult
 from venn.stack.local import service_env
 from venn.stack.processes import (
     deciding_workers,
@@ -33,32 +31,16 @@ from venn.stack.processes import (
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = DemoConfig(
-    workload="demo",
-    policy="venn",
-    jobs=4,
-    seed=3,
-    speedup=20.0,
-    rate_per_s=1.5,
-    arrival_scale=0.02,
-    timeout_s=300.0,
-    workers=2,
-    capture_topics=(
-        topics.CHECKINS,
-        topics.JOBS,
-        topics.ASSIGNMENTS,
-        topics.RESULTS,
-        topics.ROUNDS,
-    ),
-)
+CONFIG = dataclasses.replace(DEMO, jobs=4, timeout_s=300.0, workers=2)
 Run = tuple[DemoResult, list[str], list[float], list[str]]
 """The demo's result, the membership changes made and when (wall clock), and the workers
 that left and were killed."""
-JOIN_S, LEAVE_S, KILL_S = 6.0, 17.0, 30.0
-"""Wall seconds after the workload starts: worker 3 joins (a standby), the decider leaves,
-its successor is killed. A phase must outlast the handover after a change (the session
-timeout of a killed decider, 3 s on Kafka, a rebalance and the successor's table
-recovery: bench/failover_bench.py measures it)."""
+JOIN_AT, LEAVE_AT, KILL_AT = 2, 6, 10
+"""Rounds done (of the workload's 18) when worker 3 joins (a standby), the decider leaves,
+its successor is killed: each change waits for progress, not for time, so every phase
+outlasts the handover after a change (the session timeout of a killed decider, 3 s on
+Kafka, a rebalance and the successor's table recovery: bench/failover_bench.py measures
+it) and the last one still has rounds to assign, however fast or slow the machine."""
 
 
 async def membership(
@@ -68,13 +50,13 @@ async def membership(
         await asyncio.sleep(0.2)
     assert handles.settings is not None and handles.run_dir is not None
     run, settings = handles.run_dir, handles.settings
-    start = asyncio.get_running_loop().time()
     times.append(time.time())
 
-    async def at(seconds: float) -> None:
-        await asyncio.sleep(max(0.0, start + seconds - asyncio.get_running_loop().time()))
+    async def at(rounds: int) -> None:
+        while sum(p.rounds_done for p in handles.progress.values()) < rounds:
+            await asyncio.sleep(0.2)
 
-    await at(JOIN_S)
+    await at(JOIN_AT)
     spec = scheduler_spec(3)
     env = service_env(settings.for_role("scheduler"), CONFIG.policy, CONFIG.trace_seed)
     port = handles.worker_ports[spec.name] = free_port()
@@ -82,12 +64,12 @@ async def membership(
     start_service(run, spec, env, detached=False)
     log.append("scheduler-3 joined")
     times.append(time.time())
-    await at(LEAVE_S)
+    await at(LEAVE_AT)
     leaving = await decider(handles.worker_ports)
     assert await asyncio.to_thread(stop_pid, running_services(run)[leaving], 20.0)
     log.append("the decider left")
     times.append(time.time())
-    await at(KILL_S)
+    await at(KILL_AT)
     killed = await decider(handles.worker_ports)
     os.kill(running_services(run)[killed], signal.SIGKILL)
     log.append("its successor was killed")
@@ -112,31 +94,19 @@ async def run(
     broker_kind: str, pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Run]:
     run_dir = Path(tmp_path_factory.mktemp("workers-run"))
-    url = create_database(pg_admin_url, f"venn_workers_{uuid.uuid4().hex[:10]}")
-    try:
-        upgrade_database(url)
-        config = DemoConfig(
-            **{
-                **CONFIG.__dict__,
-                "database_url": url,
-                "run_dir": str(run_dir),
-                "broker_kind": broker_kind,
-            }
-        )
-        handles, log, times, gone = DemoHandles(), list[str](), list[float](), list[str]()
-        changes = asyncio.create_task(membership(handles, log, times, gone))
-        result = await run_demo(config, handles)
+    handles, log, times, gone = DemoHandles(), list[str](), list[float](), list[str]()
+    changes = asyncio.create_task(membership(handles, log, times, gone))
+    async with demo_run(CONFIG, pg_admin_url, run_dir, broker_kind, handles) as result:
         await changes  # raises if a change could not be made
         # A successor that could not restore a row would decide blind: none may have.
         for path in run_dir.glob("scheduler*.log"):
             assert "cannot restore" not in path.read_text(errors="replace"), path.name
         yield result, log, times, gone
-    finally:
-        drop_database(url)
 
 
 async def test_membership_changed_mid_run(run: Run) -> None:
     result, log, times, gone = run
+    assert sum(j.rounds for j in result.jobs) - 2 > KILL_AT  # rounds left for the survivor
     assert log == ["scheduler-3 joined", "the decider left", "its successor was killed"]
     # Three deciders in turn: the first, its successor, and the last worker standing.
     (survivor,) = set(result.workers) - set(gone)
@@ -162,13 +132,4 @@ async def test_every_job_finishes(run: Run) -> None:
 
 async def test_invariants_hold(run: Run) -> None:
     result, _, _, _ = run
-    events = result.events
-    assert invariants.assignments(events)
-    assert invariants.ineligible(events) == []
-    assert invariants.overlapping(events) == []
-    assert invariants.over_demand(events) == {}
-    assert result.extra_assignments == 0
-    mine = {j.job_id for j in result.jobs}
-    closes = invariants.closes(events, mine)
-    assert closes and max(closes.values()) == 1
-    assert invariants.audit_mismatch(events, result.database_url, mine) == {}
+    invariants.assert_all_hold(result)

@@ -12,21 +12,17 @@ from services.gateway.dashboard_view import (
     dashboard_snapshot,
 )
 from services.gateway.demand import DemandView
+from tests import factories
 from venn import events as ev
 from venn.core.status import DeviceGroup, JobGroup, JobPlacement, SchedulerStatus
 
 
 def reg(job: str, at: float, need: float = 2.0) -> ev.JobRegistered:
-    return ev.JobRegistered(
-        event_id=f"reg-{job}", time=at, job_id=job, requirement={"ram": need}, demand=2,
-        rounds=2, deadline_s=60, workload_s=5,
-    )  # fmt: skip
+    return factories.registered(job, requirement={"ram": need}, event_id=f"reg-{job}", time=at)
 
 
 def req(job: str, index: int, at: float) -> ev.RoundRequested:
-    return ev.RoundRequested(
-        event_id=f"rr-{job}-{index}", time=at, job_id=job, round_index=index, demand=2
-    )
+    return factories.requested(job, index, event_id=f"rr-{job}-{index}", time=at)
 
 
 def asg(job: str, index: int, device: str) -> ev.Assignment:
@@ -37,10 +33,9 @@ def asg(job: str, index: int, device: str) -> ev.Assignment:
 
 
 def closed(job: str, index: int, at: float) -> ev.RoundClosed:
-    return ev.RoundClosed(
-        event_id=f"rc-{job}-{index}", time=at, job_id=job, round_index=index,
-        outcome="succeeded", demand=2, assigned=2, results=2, opened_at=at - 5, closed_at=at,
-        reason="", sched_delay_s=1.5, response_time_s=3.0,
+    return factories.closed(
+        job, index, opened_at=at - 5, closed_at=at, sched_delay_s=1.5, response_time_s=3.0,
+        event_id=f"rc-{job}-{index}",
     )  # fmt: skip
 
 

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from services.gateway.demand import DemandView
+from tests import factories
 from venn import events as ev
 
 
 def reg(job: str, need: float) -> ev.JobRegistered:
-    return ev.JobRegistered(
-        event_id=f"reg-{job}", time=1.0, job_id=job, requirement={"ram": need}, demand=2,
-        rounds=3, deadline_s=60, workload_s=5,
-    )  # fmt: skip
+    return factories.registered(
+        job, requirement={"ram": need}, rounds=3, event_id=f"reg-{job}", time=1.0
+    )
 
 
 def req(job: str, index: int) -> ev.RoundRequested:
-    return ev.RoundRequested(
-        event_id=f"rr-{job}-{index}", time=2.0, job_id=job, round_index=index, demand=2
-    )
+    return factories.requested(job, index, event_id=f"rr-{job}-{index}", time=2.0)
 
 
 def asg(job: str, index: int, device: str) -> ev.Assignment:

@@ -6,6 +6,7 @@ import itertools
 import random
 from typing import Literal
 
+from tests import factories
 from venn import events as ev
 from venn.core.lifecycle import Applied, JobBook, JobLife
 
@@ -13,34 +14,25 @@ JOB = "j1"
 
 
 def registered() -> ev.JobRegistered:
-    return ev.JobRegistered(
-        event_id="reg", time=1.0, job_id=JOB, requirement={}, demand=3, rounds=2,
-        deadline_s=60, workload_s=5,
-    )  # fmt: skip
+    return factories.registered(JOB, demand=3, event_id="reg", time=1.0)
 
 
 def request(index: int) -> ev.RoundRequested:
-    return ev.RoundRequested(
-        event_id=f"rr{index}", time=10.0 + index, job_id=JOB, round_index=index, demand=3
-    )
+    return factories.requested(JOB, index, 3, event_id=f"rr{index}", time=10.0 + index)
 
 
 def close(
     index: int, outcome: Literal["succeeded", "failed"] = "succeeded", event_id: str = ""
 ) -> ev.RoundClosed:
-    return ev.RoundClosed(
-        event_id=event_id or f"rc{index}", time=20.0 + index, job_id=JOB, round_index=index,
-        outcome=outcome, demand=3, assigned=3, results=3 if outcome == "succeeded" else 1,
-        opened_at=10.0 + index, closed_at=20.0 + index, reason="", sched_delay_s=1.0,
-        response_time_s=2.0,
+    return factories.closed(
+        JOB, index, outcome, demand=3, results=3 if outcome == "succeeded" else 1,
+        opened_at=10.0 + index, closed_at=20.0 + index, response_time_s=2.0,
+        event_id=event_id or f"rc{index}",
     )  # fmt: skip
 
 
 def finished() -> ev.JobFinished:
-    return ev.JobFinished(
-        event_id="fin", time=40.0, job_id=JOB, rounds_completed=2, arrival=1.0,
-        finished_at=40.0, jct_s=39.0,
-    )  # fmt: skip
+    return factories.finished(JOB, finished_at=40.0, event_id="fin")
 
 
 LIFE = [registered(), request(0), close(0, "failed"), request(1), close(1), request(2), close(2)]

@@ -2,6 +2,7 @@ import asyncio
 
 import pytest
 
+from tests import factories
 from venn import events as ev
 from venn.broker import topics
 from venn.broker.publish import (
@@ -16,10 +17,7 @@ NOW = 1000.0
 
 
 def checkin() -> ev.DeviceCheckin:
-    return ev.DeviceCheckin(
-        event_id="c1", time=NOW, device_id="dev-1", attrs={"ram": 4.0},
-        speed_ms_per_sample=60.0, bandwidth_kbps=1000.0,
-    )  # fmt: skip
+    return factories.checkin("dev-1", {"ram": 4.0}, bandwidth_kbps=1000.0, event_id="c1", time=NOW)
 
 
 def test_the_key_is_the_events_partition_key_and_the_value_its_json() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from services.coordinator.ledger import RoundLedger
 from services.gateway.demand import DemandView
+from tests import factories
 from venn import events as ev
 from venn.core.round_tally import RoundTally
 
@@ -18,9 +19,9 @@ def assignment(device: str, round_index: int = 1, event_id: str = "") -> ev.Assi
 
 
 def result(device: str, ok: bool, round_index: int = 1) -> ev.DeviceResult:
-    return ev.DeviceResult(
-        event_id=f"r-{device}-{ok}", time=6.0, job_id="j", round_index=round_index,
-        device_id=device, ok=ok, response_time_s=1.0, reason="" if ok else "crashed",
+    return factories.result(
+        "j", round_index, device, ok=ok, reason="" if ok else "crashed",
+        event_id=f"r-{device}-{ok}", time=6.0,
     )  # fmt: skip
 
 

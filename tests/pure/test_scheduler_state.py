@@ -10,6 +10,7 @@ import pytest
 
 from services.scheduler.state import SchedulerState
 from services.scheduler.store import MemoryStore
+from tests import factories
 from venn import events as ev
 from venn.broker.stream import Refused
 from venn.settings import SchedulerSettings
@@ -25,25 +26,12 @@ def state(jobs: dict[str, Any], rounds: dict[str, Any]) -> SchedulerState:
 
 
 def checkin(device: str) -> ev.DeviceCheckin:
-    return ev.DeviceCheckin(
-        event_id=f"c-{device}",
-        time=NOW,
-        device_id=device,
-        attrs=ATTRS,
-        speed_ms_per_sample=60.0,
-        bandwidth_kbps=12000.0,
-    )
+    return factories.checkin(device, ATTRS, event_id=f"c-{device}", time=NOW)
 
 
 def result(device: str, ok: bool = True) -> ev.DeviceResult:
-    return ev.DeviceResult(
-        event_id=f"r-{device}",
-        time=NOW,
-        job_id="j",
-        round_index=0,
-        device_id=device,
-        ok=ok,
-        response_time_s=7.0,
+    return factories.result(
+        "j", 0, device, ok=ok, response_time_s=7.0, event_id=f"r-{device}", time=NOW
     )
 
 
@@ -120,9 +108,9 @@ def test_tables_rebuild_demand_busy_devices_and_results() -> None:
 
 
 def registered(job: str, submit_token: str | None = None, deadline: float = 60) -> ev.JobRegistered:
-    return ev.JobRegistered(
-        event_id=f"reg-{job}-{submit_token}", time=NOW, job_id=job, requirement={"ram": 4.0},
-        demand=5, rounds=2, deadline_s=deadline, workload_s=5, submit_token=submit_token,
+    return factories.registered(
+        job, requirement={"ram": 4.0}, demand=5, deadline_s=deadline,
+        event_id=f"reg-{job}-{submit_token}", time=NOW, submit_token=submit_token,
     )  # fmt: skip
 
 

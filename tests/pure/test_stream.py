@@ -2,6 +2,7 @@ import asyncio
 
 import pytest
 
+from tests import factories
 from venn import events as ev
 from venn.broker import topics
 from venn.broker.publish import MemoryEvents
@@ -23,9 +24,7 @@ NOW = 1000.0
 
 
 def request(job: str, index: int = 0) -> ev.RoundRequested:
-    return ev.RoundRequested(
-        event_id=f"rr-{job}-{index}", time=NOW, job_id=job, round_index=index, demand=2
-    )
+    return factories.requested(job, index, event_id=f"rr-{job}-{index}", time=NOW)
 
 
 def stream(service: str) -> tuple[MemoryRecords, MemoryEvents, EventStream]:
