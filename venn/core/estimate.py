@@ -30,7 +30,7 @@ load (docs/results/estimate.md measures it).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,16 +157,17 @@ def _with_work(job: JobLoad, work: float) -> JobLoad:
     )
 
 
-def round_latency(response_times: Mapping[str, Sequence[float]], default_s: float) -> float:
+def round_latency(response_times: Iterable[Iterable[float]]) -> float | None:
     """The fleet's round latency (fill to close): the median of the jobs' measured ones
-    that are positive (a round that never filled records 0), ``default_s`` if none."""
-    values = [v for vs in response_times.values() for v in vs if v > 0]
-    return float(np.median(values)) if values else default_s
+    that are positive (a round that never filled records 0); None before any."""
+    values = [v for vs in response_times for v in vs if v > 0]
+    return float(np.median(values)) if values else None
 
 
-def job_loads(core: Scheduler, latency_s: float) -> list[JobLoad]:
-    """The model's view of ``core``'s unfinished jobs; a job that measured its own round
-    latency uses it, every other job ``latency_s``."""
+def job_loads(core: Scheduler) -> list[JobLoad]:
+    """The model's view of ``core``'s unfinished jobs. A job's round latency is its own
+    median if it measured one, else the fleet's, else its declared ``workload_s``."""
+    fleet = round_latency(js.response_times for js in core.jobs.values())
     out = []
     for js in core.jobs.values():
         if js.finished:
@@ -174,7 +175,8 @@ def job_loads(core: Scheduler, latency_s: float) -> list[JobLoad]:
         spec = js.spec
         later = spec.rounds - js.rounds_done - (1 if js.round_open else 0)
         work = (js.remaining if js.round_open else 0) + max(0, later) * spec.demand
-        own = [v for v in js.response_times if v > 0]
+        own = round_latency([js.response_times])
+        latency = own if own is not None else fleet if fleet is not None else spec.workload_s
         out.append(
             JobLoad(
                 spec.job_id,
@@ -183,21 +185,22 @@ def job_loads(core: Scheduler, latency_s: float) -> list[JobLoad]:
                 spec.demand,
                 spec.results_needed,
                 spec.deadline,
-                float(np.median(own)) if own else latency_s,
+                latency,
             )
         )
     return out
 
 
-def scheduler_estimates(core: Scheduler, now: float, default_latency_s: float) -> dict[str, float]:
-    """Estimated completion time of every unfinished job of ``core`` at ``now``."""
-    latency = round_latency(
-        {js.spec.job_id: js.response_times for js in core.jobs.values()}, default_latency_s
-    )
+def supply_view(core: Scheduler) -> SupplyView:
+    """The supply of ``core``'s window, by signature."""
     index = core.index
-    supply = SupplyView(
+    return SupplyView(
         index.signature_matrix,
         core.signature_counts()[: index.num_signatures],
         core.supply.rate_per_s(),
     )
-    return completion_times(supply, job_loads(core, latency), now)
+
+
+def scheduler_estimates(core: Scheduler, now: float) -> dict[str, float]:
+    """Estimated completion time of every unfinished job of ``core`` at ``now``."""
+    return completion_times(supply_view(core), job_loads(core), now)

@@ -15,12 +15,14 @@ Pure: built from a core `Scheduler` and its current dispatch table; no I/O, no c
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import msgspec
 import numpy as np
 
 from venn.core.dispatch import DispatchTable
+from venn.core.estimate import completion_times, job_loads, supply_view
 from venn.core.scheduler import Scheduler
 from venn.events import InvalidEvent
 
@@ -56,6 +58,24 @@ class JobPlacement(msgspec.Struct, frozen=True):
     remaining: int
     served: bool
     """Listed on some row of the dispatch table: the next eligible device may go to it."""
+    estimated_finish: float | None = None
+    """When the completion estimate (`venn.core.estimate`) says the job ends; None: it
+    cannot end at the current supply (or the snapshot predates estimates)."""
+    work: float = 0.0
+    """Devices still to assign over the job's life (the estimate's input, as the
+    ``latency_s`` below: what a gateway needs to estimate a job submitted next)."""
+    latency_s: float = 0.0
+    """The round latency (fill to close) the estimate uses for the job."""
+    demand: int = 0
+    needed: int = 0
+    deadline_s: float = 0.0
+
+
+class SlotSupply(msgspec.Struct, frozen=True):
+    """Check-ins of the supply window from devices with these (projected) attributes."""
+
+    attrs: dict[str, float]
+    checkins: int
 
 
 class SchedulerStatus(msgspec.Struct, frozen=True, tag="scheduler_status"):
@@ -70,6 +90,9 @@ class SchedulerStatus(msgspec.Struct, frozen=True, tag="scheduler_status"):
     device_groups: list[DeviceGroup]
     job_groups: list[JobGroup]
     jobs: list[JobPlacement]
+    supply_mix: list[SlotSupply] = []
+    """The window's check-ins by attribute set: what admission judges a new requirement
+    against."""
 
     def job(self, job_id: str) -> JobPlacement | None:
         return next((j for j in self.jobs if j.job_id == job_id), None)
@@ -123,15 +146,36 @@ def scheduler_status(
     ]
     open_by_group: dict[int, list[str]] = {}
     placements = []
+    loads = {load.job_id: load for load in job_loads(core)}
+    finish = completion_times(supply_view(core), list(loads.values()), now)
     for js in core.jobs.values():
         if js.finished:
             continue
         open_round = js.round_open and js.remaining > 0
         if open_round:
             open_by_group.setdefault(js.group, []).append(js.spec.job_id)
+        load = loads[js.spec.job_id]
+        end = finish[js.spec.job_id]
         placements.append(
-            JobPlacement(js.spec.job_id, js.group, open_round, js.remaining, js.idx in served)
+            JobPlacement(
+                js.spec.job_id,
+                js.group,
+                open_round,
+                js.remaining,
+                js.idx in served,
+                estimated_finish=round(end, 3) if math.isfinite(end) else None,
+                work=load.work,
+                latency_s=round(load.latency_s, 3),
+                demand=load.demand,
+                needed=load.needed,
+                deadline_s=load.deadline_s,
+            )
         )
+    slot_counts = core.supply.slot_counts(index.num_slots)
+    mix = [
+        SlotSupply(dict(index.attrs_of(slot)), round(float(slot_counts[slot])))
+        for slot in np.flatnonzero(slot_counts > 0).tolist()
+    ]
     job_groups = []
     for g in range(num_groups):
         eligible = sig_matrix[:, g] if num_sigs else np.zeros(0, dtype=bool)
@@ -156,6 +200,7 @@ def scheduler_status(
         device_groups=device_groups,
         job_groups=job_groups,
         jobs=placements,
+        supply_mix=mix,
     )
 
 
