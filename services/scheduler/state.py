@@ -56,7 +56,7 @@ from venn.core.capacity import proxies_of, proxy_of
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
-from venn.core.supply import SlotCounts
+from venn.core.supply import AttributeMix, SlotCounts
 from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,8 @@ class SchedulerState:
         self.sent_bytes = 0
         self.loaded = False
         self.supply_reports = 0
+        self.mix = AttributeMix()
+        """The attribute sets of the recent check-ins, for admission (`venn.core.admission`)."""
 
     def _new_core(self) -> Scheduler:
         # Supply comes as counts: gateways report what they receive (most of which they
@@ -139,6 +141,8 @@ class SchedulerState:
         counts = np.array([c.count for c in event.counts], dtype=np.float64)
         core.observe_report(event.gateway, slots, counts, event.interval_s, now)
         self.supply_reports += 1
+        for c in event.counts:
+            self.mix.observe(c.attrs, c.count)
 
     def _count_direct(self, slots: np.ndarray, now: float) -> None:
         """Check-ins no gateway counted (produced straight to Kafka, or an older gateway's)."""
@@ -490,6 +494,8 @@ class SchedulerState:
         uncounted = fresh & ~cols.counted
         if uncounted.any():
             self._count_direct(slots[uncounted], now)
+            for i in np.flatnonzero(uncounted).tolist():
+                self.mix.observe(cols.attrs[cols.attr_keys[i]])
         deciding = np.flatnonzero(fresh & ~cols.observe_only)
         picks = np.full(n, -1, dtype=np.int64)
         if len(deciding):

@@ -28,6 +28,8 @@ def publish_status(state: SchedulerState, send: Send, now: float) -> bool:
     if not state.loaded:
         return False
     core = state.core
-    snapshot = scheduler_status(core, core.table(now), now, worker_name(), state.config.policy)
+    snapshot = scheduler_status(
+        core, core.table(now), now, worker_name(), state.config.policy, state.mix
+    )
     send(topics.STATUS, STATUS_KEY, encode_status(snapshot))
     return True

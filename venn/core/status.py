@@ -24,6 +24,7 @@ import numpy as np
 from venn.core.dispatch import DispatchTable
 from venn.core.estimate import completion_times, job_loads, supply_view
 from venn.core.scheduler import Scheduler
+from venn.core.supply import AttributeMix
 from venn.events import InvalidEvent
 
 WaitReason = Literal["no_eligible_supply", "group_starved", "outranked"]
@@ -116,10 +117,16 @@ def _served_by_row(table: DispatchTable | None) -> list[set[int]]:
 
 
 def scheduler_status(
-    core: Scheduler, table: DispatchTable | None, now: float, worker: str, policy: str
+    core: Scheduler,
+    table: DispatchTable | None,
+    now: float,
+    worker: str,
+    policy: str,
+    mix: AttributeMix | None = None,
 ) -> SchedulerStatus:
     """The snapshot of ``core`` with ``table``, its current dispatch table (None: no job is
-    counted as served)."""
+    counted as served). The supply mix is ``mix``'s, the attribute sets devices reported;
+    without it, the core's slots' (a device profile each in the simulator)."""
     index = core.index
     sig_matrix = index.signature_matrix  # [signatures, groups]
     num_sigs, num_groups = int(sig_matrix.shape[0]), index.num_groups
@@ -171,11 +178,14 @@ def scheduler_status(
                 deadline_s=load.deadline_s,
             )
         )
-    slot_counts = core.supply.slot_counts(index.num_slots)
-    mix = [
-        SlotSupply(dict(index.attrs_of(slot)), round(float(slot_counts[slot])))
-        for slot in np.flatnonzero(slot_counts > 0).tolist()
-    ]
+    if mix is not None:
+        supply_mix = [SlotSupply(attrs, n) for attrs, n in mix.counts()]
+    else:
+        slot_counts = core.supply.slot_counts(index.num_slots)
+        supply_mix = [
+            SlotSupply(dict(index.attrs_of(slot)), round(float(slot_counts[slot])))
+            for slot in np.flatnonzero(slot_counts > 0).tolist()
+        ]
     job_groups = []
     for g in range(num_groups):
         eligible = sig_matrix[:, g] if num_sigs else np.zeros(0, dtype=bool)
@@ -200,7 +210,7 @@ def scheduler_status(
         device_groups=device_groups,
         job_groups=job_groups,
         jobs=placements,
-        supply_mix=mix,
+        supply_mix=supply_mix,
     )
 
 
