@@ -290,6 +290,8 @@ class SchedulerState:
     # -- venn.jobs ---------------------------------------------------------------------
     def on_job_event(self, event: ev.Event, partition: int, now: float) -> None:
         """A job event the agent admitted (its token checked: `venn.broker.stream.authorized`)."""
+        if isinstance(event, ev.JobAdmission):
+            return None  # the job API's decision; an admitted job comes as its registration
         self._heard_of(event, now)
         if isinstance(event, ev.JobHeartbeat):
             self._known(event.job_id)
