@@ -111,10 +111,10 @@ def test_a_book_keeps_jobs_apart() -> None:
 
 
 def test_admission_decisions_in_a_jobs_life() -> None:
-    def admission(decision: str, n: int) -> ev.JobAdmission:
+    def admission(decision: Literal["admitted", "queued", "refused"], n: int) -> ev.JobAdmission:
         return ev.JobAdmission(
             event_id=f"adm{n}", time=float(n), job_id="q", decision=decision, reason="r"
-        )  # type: ignore[arg-type]
+        )
 
     life = JobLife("q")
     life.apply(admission("refused", 1))
