@@ -164,11 +164,12 @@ def decide(
     load: Load,
     seen: SupplySeen,
     limits: Limits,
-    estimate: Callable[[], float | None],
+    estimate: Callable[[], float | None] | None,
 ) -> Decision:
     """Admit, queue or refuse ``req``. ``estimate`` gives its completion with it admitted
     now (None: it cannot finish at the current supply); it is called only if the owner
-    gave ``finish_by``."""
+    gave ``finish_by``. Without one (no snapshot of the scheduler yet) ``finish_by`` is
+    not judged: the job is admitted with a warning."""
     problem = supply_problem(req, seen, limits) or limit_problem(req, load, limits)
     if problem is not None:
         if req.queue:
@@ -176,6 +177,9 @@ def decide(
         return problem
     if req.finish_by is None:
         return Decision("admitted", "admitted", "admitted")
+    if estimate is None:
+        warning = "finish_by not judged: no estimate yet (no snapshot from the scheduler)"
+        return Decision("admitted", "admitted", "admitted", warning=warning)
     end = estimate()
     if end is not None and end <= req.finish_by:
         return Decision("admitted", "admitted", f"estimated to finish at {end:.0f}", end)
