@@ -47,6 +47,7 @@ from services.scheduler.rows import (
     TierResult,
     decode_round_row,
 )
+from services.scheduler.status import Estimates
 from services.scheduler.tables import readable
 from venn import events as ev
 from venn.broker.stream import Refused
@@ -126,6 +127,8 @@ class SchedulerState:
         self.supply_reports = 0
         self.mix = AttributeMix()
         """The attribute sets of the recent check-ins, for admission (`venn.core.admission`)."""
+        self.estimates = Estimates()
+        """The completion estimates of its snapshots (`services.scheduler.status`)."""
 
     def _new_core(self) -> Scheduler:
         # Supply comes as counts: gateways report what they receive (most of which they

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -85,25 +86,29 @@ def _meets_deadline(offered: float, job: JobLoad) -> bool:
 
 
 def _phase_rates(
-    sig_matrix: np.ndarray, sig_rates: np.ndarray, counts: np.ndarray, jobs: Sequence[JobLoad]
+    sig_matrix: np.ndarray,
+    sig_rates: list[float],
+    counts: np.ndarray,
+    jobs: Sequence[JobLoad],
+    work: Sequence[float],
 ) -> list[float]:
     """Each job's progress rate (devices of work per second) under this phase's plan."""
+    ordered = sorted(range(len(jobs)), key=lambda i: (work[i], jobs[i].job_id))
     by_group: dict[int, list[int]] = {}
-    for i in sorted(range(len(jobs)), key=lambda i: (jobs[i].work, jobs[i].job_id)):
+    for i in ordered:
         by_group.setdefault(jobs[i].group, []).append(i)
-    queues = {g: [jobs[i].work for i in idx] for g, idx in by_group.items()}
-    owner = irs_plan(sig_matrix, counts, queues)
-    ordered = sorted(range(len(jobs)), key=lambda i: (jobs[i].work, jobs[i].job_id))
+    queues = {g: [work[i] for i in idx] for g, idx in by_group.items()}
+    owner = irs_plan(sig_matrix, counts, queues).tolist()
+    groups = [j.group for j in jobs]
     offered = [0.0] * len(jobs)
-    for sig, rate in enumerate(sig_rates.tolist()):
+    for sig, rate in enumerate(sig_rates):
         if rate <= 0:
             continue
-        own = int(owner[sig])
-        eligible = sig_matrix[sig]
-        prefs = list(by_group.get(own, [])) if own >= 0 else []
-        prefs += [i for i in ordered if jobs[i].group != own and eligible[jobs[i].group]]
+        own = owner[sig]
+        eligible = sig_matrix[sig].tolist()
+        others = (i for i in ordered if groups[i] != own and eligible[groups[i]])
         left = rate
-        for i in prefs:
+        for i in chain(by_group.get(own, ()) if own >= 0 else (), others):
             job = jobs[i]
             before = offered[i]
             offered[i] = before + left
@@ -123,38 +128,29 @@ def _phase_rates(
 def completion_times(supply: SupplyView, jobs: Sequence[JobLoad], now: float) -> dict[str, float]:
     """Estimated completion time (on the caller's clock) of every job; ``inf`` for a job
     that cannot finish at the current supply."""
-    sig_rates = supply.signature_rates()
+    sig_rates = supply.signature_rates().tolist()
     counts = np.asarray(supply.counts, dtype=np.float64)
-    out: dict[str, float] = {}
-    left = [j for j in jobs if j.work > 0]
-    for j in jobs:
-        if j.work <= 0:
-            out[j.job_id] = now + j.latency_s
-    t = now
     sig_matrix = np.asarray(supply.sig_matrix, dtype=bool)
+    out: dict[str, float] = {j.job_id: now + j.latency_s for j in jobs if j.work <= 0}
+    left = [j for j in jobs if j.work > 0]
+    work = [j.work for j in left]
+    t = now
     while left:
-        rates = _phase_rates(sig_matrix, sig_rates, counts, left)
-        steps = [j.work / r if r > 0 else math.inf for j, r in zip(left, rates, strict=True)]
+        rates = _phase_rates(sig_matrix, sig_rates, counts, left, work)
+        steps = [w / r if r > 0 else math.inf for w, r in zip(work, rates, strict=True)]
         dt = min(steps)
         if not math.isfinite(dt):
             break
         t += dt
-        remaining = []
-        for j, r, s in zip(left, rates, steps, strict=True):
+        kept = [i for i, s in enumerate(steps) if s > dt * (1 + 1e-9)]
+        for i, s in enumerate(steps):
             if s <= dt * (1 + 1e-9):
-                out[j.job_id] = t
-            else:
-                remaining.append(_with_work(j, j.work - r * dt))
-        left = remaining
+                out[left[i].job_id] = t
+        work = [work[i] - rates[i] * dt for i in kept]
+        left = [left[i] for i in kept]
     for j in left:
         out[j.job_id] = math.inf
     return out
-
-
-def _with_work(job: JobLoad, work: float) -> JobLoad:
-    return JobLoad(
-        job.job_id, job.group, work, job.demand, job.needed, job.deadline_s, job.latency_s
-    )
 
 
 def round_latency(response_times: Iterable[Iterable[float]]) -> float | None:

@@ -16,6 +16,7 @@ Pure: built from a core `Scheduler` and its current dispatch table; no I/O, no c
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Literal
 
 import msgspec
@@ -123,10 +124,12 @@ def scheduler_status(
     worker: str,
     policy: str,
     mix: AttributeMix | None = None,
+    estimates: Mapping[str, float] | None = None,
 ) -> SchedulerStatus:
     """The snapshot of ``core`` with ``table``, its current dispatch table (None: no job is
     counted as served). The supply mix is ``mix``'s, the attribute sets devices reported;
-    without it, the core's slots' (a device profile each in the simulator)."""
+    without it, the core's slots' (a device profile each in the simulator). ``estimates``:
+    each job's completion estimate if the caller has them (None: made here)."""
     index = core.index
     sig_matrix = index.signature_matrix  # [signatures, groups]
     num_sigs, num_groups = int(sig_matrix.shape[0]), index.num_groups
@@ -154,7 +157,8 @@ def scheduler_status(
     open_by_group: dict[int, list[str]] = {}
     placements = []
     loads = {load.job_id: load for load in job_loads(core)}
-    finish = completion_times(supply_view(core), list(loads.values()), now)
+    if estimates is None:
+        estimates = completion_times(supply_view(core), list(loads.values()), now)
     for js in core.jobs.values():
         if js.finished:
             continue
@@ -162,7 +166,7 @@ def scheduler_status(
         if open_round:
             open_by_group.setdefault(js.group, []).append(js.spec.job_id)
         load = loads[js.spec.job_id]
-        end = finish[js.spec.job_id]
+        end = estimates.get(js.spec.job_id, math.inf)
         placements.append(
             JobPlacement(
                 js.spec.job_id,
