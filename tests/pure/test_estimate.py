@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from services.scheduler.status import ESTIMATE_SHARE, Estimates
 from venn.core.estimate import JobLoad, SupplyView, completion_times, scheduler_estimates
 from venn.core.model import JobSpec, Requirement
 from venn.core.registry import make_scheduler
+from venn.core.supply import AttributeMix
 
 
 def load(job_id: str, group: int, rounds: int, demand: int = 10, latency: float = 5.0,
@@ -69,3 +71,25 @@ def test_a_scheduler_estimate_reads_its_jobs_and_supply() -> None:
     core.observe_many(np.arange(1000) % 2, np.arange(1000, dtype=np.float64))
     out = scheduler_estimates(core, now=1000.0)
     assert out["j"] == pytest.approx(1000.0 + 4 * (20.0 + 30.0))
+
+
+def test_the_attribute_mix_holds_the_latest_window_of_checkins() -> None:
+    mix = AttributeMix(window=10)
+    mix.observe({"ram": 1.0}, 8)
+    mix.observe({"ram": 4.0}, 5)
+    # 8 + 5 >= 10, and 5 alone is not: both reports are held.
+    assert sorted(n for _, n in mix.counts()) == [5, 8]
+    mix.observe({"ram": 4.0}, 6)
+    # 5 + 6 >= 10: the oldest report (the 8 with ram 1) has left the window.
+    assert mix.counts() == [({"ram": 4.0}, 11)]
+
+
+def test_the_scheduler_remakes_its_estimates_as_their_cost_allows() -> None:
+    core = make_scheduler("venn", track_devices=False)
+    core.add_job(JobSpec("j", Requirement.of(ram=2.0), 10, 4, 600.0), 0.0)
+    estimates = Estimates()
+    first = estimates.of(core, now=100.0)
+    assert set(first) == {"j"}
+    assert estimates.of(core, now=100.0) is first  # no time passed: the same ones
+    later = 100.0 + estimates.cost_s / ESTIMATE_SHARE + 1e-3
+    assert estimates.of(core, now=later) is not first
