@@ -435,6 +435,7 @@ class SchedulerState:
         slot = self.core.slot_of(event.attrs)
         if not event.counted:
             self._count_direct(np.array([slot]), now)
+            self.mix.observe(event.attrs)
         if event.observe_only:
             return None
         tier = self.core.tier_of(proxy_of(event.speed_ms_per_sample, event.bandwidth_kbps))

@@ -77,11 +77,13 @@ class Stack:
 
     async def supply(self, attr: str, devices: int = 30) -> None:
         """Devices with ``attr`` 2 check in, until the scheduler's snapshot holds them."""
+        _, before = await self.call("GET", "/v1/devices")
+        held = before.get("admission_window", 0) if before.get("available") else 0
         tok = uuid.uuid4().hex[:6]
         await checkins(self.bus, [f"d{i}-{tok}" for i in range(devices)], {attr: 2.0})
         await self.until(
             "/v1/devices",
-            lambda s: s["available"] and s["age_s"] < 5 and s["window"] >= MIN_CHECKINS,
+            lambda s: s["available"] and s["admission_window"] >= max(MIN_CHECKINS, held + devices),
         )
 
     def history(self, job_id: str) -> list[tuple[str, str]]:
