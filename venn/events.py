@@ -14,7 +14,7 @@ import base64
 import hashlib
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
@@ -57,8 +57,12 @@ class Event(
 ):
     """Base of every event. Subclasses set `tag=<type name>`."""
 
+    version: ClassVar[int] = SCHEMA_VERSION
+    """The type's current schema version: what it writes, `schemas/<type>.v<version>.json`.
+    A type at version N reads every version up to N (its `schema_version` Literal)."""
+
     event_id: EventId
-    # Decoding rejects other versions; a missing version is read as 1 (the only one so far).
+    # Decoding rejects other versions; a missing version is read as 1.
     schema_version: Literal[1] = 1
     time: Timestamp
 
@@ -154,13 +158,20 @@ class JobAdmission(Event, tag="job_admission", frozen=True):
     """An operator's (admin) token."""
 
 
-class Assignment(Event, tag="assignment", frozen=True):
+class Assignment(Event, tag="assignment", frozen=True, kw_only=True):
+    version: ClassVar[int] = 2
+
+    # A type at a later version reads the earlier ones too (a wider Literal than Event's).
+    schema_version: Literal[1, 2] = 2  # type: ignore[assignment]
     job_id: Id
     round_index: RoundIndex
     device_id: Id
     task_url: Url
     speed_ms_per_sample: Speed
     bandwidth_kbps: Bandwidth
+    checkin_id: CheckinId | None = None
+    """The check-in this assignment answers (v2): the gateway holding it answers the device.
+    None in v1 events, and where no check-in is known (an assignment made from elsewhere)."""
 
 
 class CheckinBatch(Event, tag="checkin_batch", frozen=True):
@@ -565,11 +576,12 @@ def dead_letter_for(
     )
 
 
-def schema_path(event_type: type[Event] | str, version: int = SCHEMA_VERSION) -> Path:
-    name = event_type if isinstance(event_type, str) else event_type.type_name()
-    return SCHEMA_DIR / f"{name}.v{version}.json"
+def schema_path(event_type: type[Event], version: int | None = None) -> Path:
+    """The schema file of a type's ``version`` (default: its current one)."""
+    number = event_type.version if version is None else version
+    return SCHEMA_DIR / f"{event_type.type_name()}.v{number}.json"
 
 
-def load_schema(event_type: type[Event] | str, version: int = SCHEMA_VERSION) -> dict[str, Any]:
+def load_schema(event_type: type[Event], version: int | None = None) -> dict[str, Any]:
     result: dict[str, Any] = msgspec.json.decode(schema_path(event_type, version).read_bytes())
     return result

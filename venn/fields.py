@@ -15,7 +15,8 @@ import msgspec
 ID_MAX = 128
 """Job and device ids."""
 CHECKIN_ID_MAX = 64
-"""A check-in's event id: assignment ids embed it (`asg:<checkin id>:<job>:<round>`)."""
+"""A check-in's event id: an assignment names it (`checkin_id`) and embeds it in its own id
+(`asg:<checkin id>:<job>:<round>`, unique per check-in and round)."""
 EVENT_ID_MAX = 256
 TEXT_MAX = 1024
 URL_MAX = 2048

@@ -1,12 +1,15 @@
-"""The device gateway: an aiohttp server in front of Kafka.
+"""The device gateway: an aiohttp server in front of Kafka, in three parts over one Kafka
+side (`Gateway`, here): the device endpoints (`devices`), the job API (`jobs_api`) and the
+dashboard (`dashboard`), each given only a `GatewayContext` (and the devices, the
+`DeviceDesk` this class is).
 
 - `POST /v1/checkin`: validates the body, queues a DeviceCheckin (fresh event id) into the
   next CheckinBatch (`services.gateway.batcher`: one message per few milliseconds) and
   waits at most `wait_s` for the scheduler's answer, which this process reads with its own
   group-less consumer (latest offsets): an Assignment (alone or in an AssignmentBatch on
-  venn.assignments), matched by the check-in id embedded in the assignment's id
-  (`asg:<checkin id>:<job>:<round>`), or the check-in's id in a CheckinsDeclined addressed
-  to this gateway on venn.replies. Answers `{assigned: true, job_id, round_index,
+  venn.assignments) that names the check-in (`checkin_id`, schema v2; a v1 assignment is
+  matched by its device), or the check-in's id in a CheckinsDeclined addressed to this
+  gateway on venn.replies. Answers `{assigned: true, job_id, round_index,
   task_url}` or `{assigned: false, retry_after}`; overload (more than `max_inflight`
   check-ins in progress, an event loop lagging more than `max_lag_s`, or batches piling
   up in front of the broker) is answered 429 + retry_after at once. Never a 5xx, never
@@ -29,31 +32,37 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, TypeVar
+from dataclasses import asdict
+from typing import Any
 
 import msgspec
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client import CollectorRegistry, Histogram
 
-from services.gateway import dashboard, jobs_api
+from services.gateway import dashboard, devices, jobs_api
 from services.gateway.batcher import BatcherBusy, CheckinBatcher
+from services.gateway.context import BrokerUnavailable, GatewayContext, NoJobsPrincipal
 from services.gateway.demand import DemandView
 from services.gateway.forwarding import ForwardQuota, SupplyCounter, Verdict
-from services.gateway.loop_watch import LoopWatch
-from services.gateway.models import (
-    CheckinRequest,
-    RequestError,
-    ResultRequest,
-    decode_checkin,
-    decode_enrollment,
-    decode_result,
+from services.gateway.http import (
+    SERVER_OPTIONS,
+    Handler,
+    Json,
+    busy,
+    errors,
+    json_response,
+    uncompressed,
 )
+from services.gateway.loop_watch import LoopWatch
+from services.gateway.models import CheckinRequest, RequestError, ResultRequest
 from services.gateway.openapi import openapi_document
+from services.gateway.stats import GatewayStats
+from services.gateway.status_feed import StatusFeed
 from venn import events as ev
-from venn.auth import AuthError, Claims, Tokens, bearer
+from venn.auth import Claims, Tokens
 from venn.broker import topics
+from venn.broker.follow import TopicFollower
 from venn.broker.health import BrokerWatch
 from venn.broker.publish import KafkaEvents
 from venn.broker.security import JOBS, client_options
@@ -67,18 +76,11 @@ from venn.broker.stream import (
 )
 from venn.broker.topics import ensure_topics
 from venn.core.model import Requirement
-from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition, labelled
+from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition
 from venn.settings import GatewaySettings, Settings
 
 log = logging.getLogger("venn.gateway")
 
-
-class _FromDevice(Protocol):
-    @property
-    def device_id(self) -> str: ...
-
-
-FromDevice = TypeVar("FromDevice", bound=_FromDevice)
 
 LATE_MEMORY = 200_000
 """How many answered-without-assignment check-in ids are remembered to catch late
@@ -90,75 +92,15 @@ UNDELIVERED = "undelivered: the gateway answered the check-in before this assign
 DECLINED = "declined"
 """A pending check-in's answer when the scheduler declined it (CheckinsDeclined)."""
 
-Json = dict[str, Any]
 _ANSWERS = (topics.ASSIGNMENTS, topics.REPLIES)
 _GATEWAY_OWNS = owned_by("gateway")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0)
 _encode = msgspec.json.Encoder().encode
 
 
-@dataclass
-class GatewayStats:
-    checkins: int = 0
-    assigned: int = 0
-    no_assignment: int = 0
-    """Waited the full bound without an assignment."""
-    declined: int = 0
-    """Answered retry_after as soon as the scheduler declined the check-in."""
-    fast_no: int = 0
-    """Answered at once: no open round with demand admits the device."""
-    enough_in_flight: int = 0
-    """Check-ins an open round admits, answered at once: enough of them at the scheduler."""
-    supply_reports: int = 0
-    overloaded: int = 0
-    late: int = 0
-    """Check-ins read so long after they arrived (a stalled loop) that they were answered
-    429 at once instead of being waited for."""
-    """Refused at once: too many in flight or the event loop lagging."""
-    kafka_errors: int = 0
-    invalid: int = 0
-    results: int = 0
-    late_delivered: int = 0
-    """A late assignment handed to the same device's next check-in."""
-    late_released: int = 0
-    """A late assignment released with a failed DeviceResult."""
-    internal_errors: int = 0
-    bad_records: int = 0
-    """Records read that could not be used: dead-lettered here when addressed to this
-    gateway (`venn.broker.stream`), else skipped and counted in `skipped_records`."""
-    skipped_records: dict[str, int] = field(default_factory=dict, metadata=labelled("kind"))
-    """Bad records left to their owner (topics.DEAD_LETTER_OWNER), by InvalidEvent kind."""
-    handler_errors: int = 0
-    """Answers, job or round events whose handling failed (logged; a bad record then)."""
-    dead_letters_unsent: int = 0
-    """Dead letters the broker did not take."""
-    broker_down: int = 0
-    refused_results: int = 0
-    """Results from a device the round did not assign (403)."""
-    refused_enrolments: int = 0
-    """Enrolments of a device id another enrol token's owner holds (409)."""
-    unauthorized: int = 0
-    """Requests without a valid token (401) or with one that does not allow them (403)."""
-    enrolled: int = 0
-    """Requests refused at once because the broker was unavailable."""
-    dead_letter_reasons: dict[str, int] = field(default_factory=dict, metadata=labelled("reason"))
-    """Dead letters this gateway published, by InvalidEvent kind."""
-    consumer_lag: dict[tuple[str, str], int] = field(
-        default_factory=dict, metadata=labelled("topic", "partition", kind="gauge")
-    )
-    """(topic, partition) -> records of the answers consumer not read yet."""
-
-
 def _expire(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def checkin_id_of(assignment_id: str) -> str | None:
-    """The check-in event id inside the scheduler's `asg:<checkin id>:<job>:<round>`."""
-    if not assignment_id.startswith("asg:"):
-        return None
-    return assignment_id[4:].split(":", 1)[0] or None
 
 
 class Gateway:
@@ -200,6 +142,9 @@ class Gateway:
         self.enrolments: dict[str, str] = {}
         """Device id -> the owner (enrol token subject) of its first enrolment, from
         venn.enrolments: another owner's enrol token may not take the id over."""
+        self.status = StatusFeed(settings)
+        """The scheduler's snapshots (venn.status), for the job API and the dashboard."""
+        self.dead_letters = dashboard.DeadLetterFeed(settings)
         self.assigned: OrderedDict[tuple[str, int, str], float] = OrderedDict()
         """(job, round, device) of recent assignments: only those devices may upload a
         result for that round."""
@@ -441,7 +386,7 @@ class Gateway:
 
     def _on_assignment(self, a: ev.Assignment) -> None:
         self._remember_assignment(a)
-        cid = checkin_id_of(a.event_id)
+        cid = a.checkin_id  # None in a v1 assignment: matched by its device below
         fut = self.pending.pop(cid, None) if cid is not None else None
         if fut is not None:
             if not fut.done():
@@ -492,11 +437,7 @@ class Gateway:
 
     # -- requests ----------------------------------------------------------------------
     def busy(self, reason: str) -> tuple[int, Json]:
-        return 429, {
-            "assigned": False,
-            "retry_after": self.config.busy_retry_after_s,
-            "reason": reason,
-        }
+        return busy(self.config.busy_retry_after_s, reason)
 
     def _no(self, cid: str, reason: str) -> tuple[int, Json]:
         return 200, {
@@ -665,6 +606,31 @@ class Gateway:
             ) from None
         return self.enrolments[device_id]
 
+    def context(self) -> GatewayContext:
+        """What the HTTP parts may use of this gateway (`services.gateway.context`)."""
+        return GatewayContext(
+            settings=self.settings,
+            gateway_id=self.id,
+            tokens=self.tokens,
+            view=self.view,
+            stats=self.stats,
+            view_ready=lambda: self.view_ready,
+            status=lambda: self.status.latest,
+            broker_available=lambda: self.broker.available,
+            publish_job_event=self.publish_job_event,
+        )
+
+    async def publish_job_event(self, event: ev.Event) -> None:
+        """Publish to venn.jobs as the jobs principal, acknowledged."""
+        if self.producer is not None and self.jobs_producer is None:
+            raise NoJobsPrincipal()
+        if self.jobs_producer is None:
+            raise BrokerUnavailable("not connected")
+        try:
+            await KafkaEvents(self.jobs_producer).publish(topics.JOBS, event)
+        except Exception as exc:
+            raise BrokerUnavailable(repr(exc)) from exc
+
     def gauges(self) -> dict[str, float]:
         return {
             "inflight": self.inflight,
@@ -693,112 +659,14 @@ class Gateway:
 
 GATEWAY = web.AppKey("gateway", Gateway)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _json(payload: Json, status: int = 200, retry_after: int | None = None) -> web.Response:
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-    return web.Response(
-        body=_encode(payload), status=status, content_type="application/json", headers=headers
-    )
-
-
-def _refused(gw: Gateway, exc: AuthError) -> web.Response:
-    gw.stats.unauthorized += 1
-    response = _json({"error": exc.code, "detail": exc.detail}, exc.status)
-    if exc.status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="venn"'
-    return response
-
-
-def _answer(status: int, payload: Json) -> web.Response:
-    retry = payload.get("retry_after")
-    return _json(payload, status, retry if status == 429 else None)
-
-
-async def _read_body(request: web.Request, config: GatewaySettings, deadline: float) -> bytes:
-    length = request.content_length
-    if length is not None and length > config.max_body_bytes:
-        raise RequestError(
-            413, "too_large", f"the body has {length} bytes; the limit is {config.max_body_bytes}"
-        )
-    try:
-        if request.content.is_eof():  # the usual small body: already buffered, no wait
-            return await request.read()
-        async with asyncio.timeout_at(deadline):
-            return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise RequestError(
-            413, "too_large", f"the body exceeds the limit of {config.max_body_bytes} bytes"
-        ) from None
-    except TimeoutError:
-        raise RequestError(408, "timeout", "the body did not arrive in time") from None
-
-
-@web.middleware
-async def _uncompressed(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """415 for a body with a Content-Encoding: the server runs with aiohttp's decompression
-    off (`SERVER_OPTIONS`), so such a body would reach a handler as compressed bytes, and a
-    1.6 KB brotli body expands to 1 GB (issue 26, item 3). Refused before it is read."""
-    codings = [
-        c.strip().lower()
-        for value in request.headers.getall("Content-Encoding", ())
-        for c in value.split(",")
-    ]
-    compressed = [c for c in codings if c not in ("", "identity")]
-    if not compressed:
-        return await handler(request)
-    response = _json(
-        {
-            "error": "unsupported_encoding",
-            "detail": f"request bodies are never decompressed here (Content-Encoding: "
-            f"{', '.join(compressed)}): send the body uncompressed",
-        },
-        415,
-    )
-    response.headers["Accept-Encoding"] = "identity"  # RFC 7694
-    response.force_close()  # the unread body is not drained either
-    return response
-
-
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """JSON bodies for aiohttp's own 4xx; an unexpected failure is a 429, never a 5xx."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status >= 500:
-            raise
-        if exc.status < 400:
-            raise
-        response = _json(
-            {"error": exc.reason.lower().replace(" ", "_"), "detail": exc.text or ""}, exc.status
-        )
-        if "Allow" in exc.headers:  # a 405 must say which methods are allowed (RFC 9110)
-            response.headers["Allow"] = exc.headers["Allow"]
-        return response
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        gw = request.app[GATEWAY]
-        gw.stats.internal_errors += 1
-        log.exception("gateway failed on %s %s", request.method, request.path)
-        status, payload = gw.busy("gateway_error")
-        return _answer(status, payload)
-
-
-SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
-"""How the gateway's app must be served (`web.AppRunner(app, **SERVER_OPTIONS)`): aiohttp's
-parser would otherwise decompress a request body on the event loop as it arrives, before
-any handler or limit sees it (a brotli body has no bound there)."""
-
 
 def create_app(settings: Settings | None = None) -> web.Application:
     """The aiohttp application (settings: default from the environment, with the gateway's
-    Kafka principal); its startup connects to Kafka, its cleanup disconnects. Serve it with
-    `SERVER_OPTIONS`."""
+    Kafka principal): the device endpoints, the job API and the dashboard over one
+    gateway's Kafka side; its startup connects to Kafka, its cleanup disconnects. Serve it
+    with `SERVER_OPTIONS`."""
     gw = Gateway((settings or Settings.from_env()).for_role("gateway"))
-    config = gw.config
+    ctx = gw.context()
     registry = CollectorRegistry()
     registry.register(StatsCollector("venn_gateway", lambda: gw.stats, gw.gauges))
     latency = Histogram(
@@ -821,120 +689,42 @@ def create_app(settings: Settings | None = None) -> web.Application:
         return response
 
     app = web.Application(
-        client_max_size=config.max_body_bytes, middlewares=[timed, _uncompressed, _errors]
+        client_max_size=gw.config.max_body_bytes,
+        middlewares=[timed, uncompressed, errors(gw.stats, gw.config.busy_retry_after_s)],
     )
     app[GATEWAY] = gw
     spec = _encode(openapi_document(gw.settings))
-
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE})
 
     async def kafka(_app: web.Application) -> AsyncIterator[None]:
         await gw.start()
         yield
         await gw.stop()
 
-    app.cleanup_ctx.append(kafka)
+    def following(feed: TopicFollower) -> Callable[[web.Application], AsyncIterator[None]]:
+        async def run(_app: web.Application) -> AsyncIterator[None]:
+            await feed.start()
+            yield
+            await feed.stop()
+
+        return run
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=exposition(registry), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(request: web.Request) -> web.Response:
         health = gw.health()
-        return _json(health, 200 if health["status"] == "ok" else 503)
+        return json_response(health, 200 if health["status"] == "ok" else 503)
 
     async def openapi(request: web.Request) -> web.Response:
         return web.Response(body=spec, content_type="application/json")
 
-    def device(request: web.Request) -> Claims | None:
-        """The caller's device token (None without authentication); AuthError if absent,
-        invalid, expired, revoked or not a device's."""
-        if gw.tokens is None:
-            return None
-        return gw.tokens.check(bearer(request.headers.get("Authorization")), "device")
-
-    async def from_device(
-        request: web.Request,
-        deadline: float,
-        decode: Callable[[bytes], FromDevice],
-        act: Callable[[FromDevice, float], Awaitable[tuple[int, Json]]],
-    ) -> web.Response:
-        """A device's request: its token checked against the body's device_id, counted in
-        flight while it is answered."""
-        gw.inflight += 1
-        try:
-            claims = device(request)
-            req = decode(await _read_body(request, config, deadline))
-            if claims is not None:
-                claims.require_device(req.device_id)
-            return _answer(*await act(req, deadline))
-        except RequestError as exc:
-            gw.stats.invalid += 1
-            return _json(exc.body(), exc.status)
-        except AuthError as exc:
-            return _refused(gw, exc)
-        finally:
-            gw.inflight -= 1
-
-    async def checkin(request: web.Request) -> web.Response:
-        deadline = gw.deadline()
-        if deadline is None:  # read after the loop stalled: its bound is (nearly) spent
-            gw.stats.late += 1
-            return _answer(*gw.busy("late"))
-        if gw.overloaded():
-            gw.stats.overloaded += 1
-            return _answer(*gw.busy("overloaded"))
-        return await from_device(request, deadline, decode_checkin, gw.checkin)
-
-    async def results(request: web.Request) -> web.Response:
-        deadline = asyncio.get_running_loop().time() + config.wait_s
-        if gw.inflight >= config.max_inflight:
-            gw.stats.overloaded += 1
-            return _answer(*gw.busy("overloaded"))
-        return await from_device(request, deadline, decode_result, gw.result)
-
-    async def enroll(request: web.Request) -> web.Response:
-        """A device token for a new (or named) device, for whoever holds an enrol token."""
-        deadline = asyncio.get_running_loop().time() + config.wait_s
-        if gw.tokens is None:
-            return _json(
-                {"error": "auth_disabled", "detail": "no VENN_AUTH_SECRET: no tokens needed"},
-                404,
-            )
-        try:
-            claims = gw.tokens.check(bearer(request.headers.get("Authorization")), "enroll")
-            body = await _read_body(request, config, deadline)
-            req = decode_enrollment(body or b"{}")
-        except RequestError as exc:
-            gw.stats.invalid += 1
-            return _json(exc.body(), exc.status)
-        except AuthError as exc:
-            return _refused(gw, exc)
-        device_id = req.device_id or f"dev-{uuid.uuid4().hex}"
-        try:
-            holder = await gw.enrol(device_id, claims, deadline)
-        except RequestError as exc:
-            return _json(exc.body(), exc.status, config.busy_retry_after_s)
-        if holder != ev.clean_text(claims.subject) and claims.kind != "admin":
-            # Issue 26, item 10: any enrol token could take over an enrolled device's id.
-            gw.stats.refused_enrolments += 1
-            return _json(
-                {
-                    "error": "device_exists",
-                    "detail": f"device {device_id!r} was enrolled by another enrol token's "
-                    "owner; an operator (admin token) may enrol it again",
-                },
-                409,
-            )
-        ttl = gw.settings.device_token_ttl_s
-        token = gw.tokens.issue("device", device_id, ttl_s=ttl)
-        gw.stats.enrolled += 1
-        return _json({"device_id": device_id, "token": token, "expires_at": time.time() + ttl}, 201)
-
+    app.cleanup_ctx.extend([kafka, following(gw.status), following(gw.dead_letters)])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/metrics", metrics)
-    app.router.add_post("/v1/checkin", checkin)
-    app.router.add_post("/v1/results", results)
-    app.router.add_post("/v1/devices", enroll)
-    dashboard.register(app, gw, jobs_api.register(app, gw).feed)
+    devices.register(app, gw, ctx)
+    jobs_api.register(app, ctx)
+    dashboard.register(app, ctx, gw.dead_letters.tally)
     return app
 
 

@@ -11,7 +11,8 @@
   server) or typed into its login field; it keeps it in sessionStorage.
 
 Dead letters come from venn.dead-letters, read from its beginning by a group-less consumer
-(`DeadLetterFeed`); the rest from the gateway's views (the job fold, venn.status).
+(`DeadLetterFeed`, which the gateway runs); the rest from the gateway's context (the job
+fold, venn.status).
 """
 
 from __future__ import annotations
@@ -20,23 +21,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
 
+from services.gateway.context import GatewayContext
 from services.gateway.dashboard_view import DeadLetterTally, RateMeter, dashboard_snapshot
-from services.gateway.status_feed import StatusFeed
+from services.gateway.http import refused
 from venn import events as ev
 from venn.auth import AuthError, bearer
 from venn.broker import topics
 from venn.broker.follow import TopicFollower
 from venn.settings import Settings
-
-if TYPE_CHECKING:
-    from services.gateway.app import Gateway
 
 log = logging.getLogger("venn.gateway.dashboard")
 
@@ -94,11 +91,10 @@ class Board:
     """The snapshot every stream sends, built at most once per period whatever the number
     of open pages."""
 
-    def __init__(self, gw: Gateway, status: StatusFeed, period_s: float) -> None:
-        self.gw = gw
-        self.status = status
+    def __init__(self, ctx: GatewayContext, dead_letters: DeadLetterTally, period_s: float) -> None:
+        self.ctx = ctx
         self.period_s = period_s
-        self.dead_letters = DeadLetterFeed(gw.settings)
+        self.dead_letters = dead_letters
         self.assignments = RateMeter()
         self.stopping = asyncio.Event()
         self._built_at = -1.0
@@ -108,18 +104,18 @@ class Board:
         """The current ``snapshot`` event, encoded for the stream."""
         now = time.time()
         if now - self._built_at >= self.period_s * 0.5:
-            gw = self.gw
-            self.assignments.observe(now, gw.view.assignments_seen)
+            ctx = self.ctx
+            self.assignments.observe(now, ctx.view.assignments_seen)
             snapshot = dashboard_snapshot(
-                gw.view,
-                self.status.latest,
+                ctx.view,
+                ctx.status(),
                 now,
                 assignments=self.assignments,
-                dead_letters=self.dead_letters.tally,
+                dead_letters=self.dead_letters,
                 gateway={
-                    "id": gw.id,
-                    "view_ready": gw.view_ready,
-                    "broker_available": gw.broker.available,
+                    "id": ctx.gateway_id,
+                    "view_ready": ctx.view_ready(),
+                    "broker_available": ctx.broker_available(),
                 },
             )
             self._event = b"event: snapshot\ndata: " + _encode(snapshot) + b"\n\n"
@@ -128,34 +124,24 @@ class Board:
 
 
 def register(
-    app: web.Application, gw: Gateway, status: StatusFeed, period_s: float = SNAPSHOT_PERIOD_S
+    app: web.Application,
+    ctx: GatewayContext,
+    dead_letters: DeadLetterTally,
+    period_s: float = SNAPSHOT_PERIOD_S,
 ) -> Board:
-    """Add the page, its files and its event stream to the gateway's app."""
-    board = Board(gw, status, period_s)
+    """Add the page, its files and its event stream to the gateway's app; ``dead_letters``
+    is the tally a `DeadLetterFeed` keeps."""
+    board = Board(ctx, dead_letters, period_s)
     page = (STATIC_DIR / "index.html").read_bytes()
-
-    async def feed(_app: web.Application) -> AsyncIterator[None]:
-        await board.dead_letters.start()
-        yield
-        await board.dead_letters.stop()
 
     async def shutdown(_app: web.Application) -> None:
         board.stopping.set()  # open streams end now, not at the server's shutdown timeout
 
-    app.cleanup_ctx.append(feed)
     app.on_shutdown.append(shutdown)
 
-    def refused(exc: AuthError) -> web.Response:
-        gw.stats.unauthorized += 1
-        body = _encode({"error": exc.code, "detail": exc.detail})
-        response = web.Response(body=body, status=exc.status, content_type="application/json")
-        if exc.status == 401:
-            response.headers["WWW-Authenticate"] = 'Bearer realm="venn"'
-        return response
-
     def operator(request: web.Request) -> None:
-        if gw.tokens is not None:
-            gw.tokens.check(bearer(request.headers.get("Authorization")), "admin")
+        if ctx.tokens is not None:
+            ctx.tokens.check(bearer(request.headers.get("Authorization")), "admin")
 
     async def index(request: web.Request) -> web.Response:
         return web.Response(body=page, content_type="text/html", headers=PAGE_HEADERS)
@@ -164,7 +150,7 @@ def register(
         try:
             operator(request)
         except AuthError as exc:
-            return refused(exc)
+            return refused(ctx.stats, exc)
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -179,7 +165,7 @@ def register(
                 try:
                     operator(request)
                 except AuthError as exc:
-                    gw.stats.unauthorized += 1
+                    ctx.stats.unauthorized += 1
                     body = _encode({"error": exc.code, "detail": exc.detail})
                     await response.write(b"event: auth\ndata: " + body + b"\n\n")
                     break

@@ -8,10 +8,9 @@ could any open round with remaining demand take a device with these attributes?
 
 It only errs on the safe side, except for one race: assignments are read from the latest
 offset (so used demand is under-counted and "maybe" is said too often, which only costs
-a wait), duplicates are counted once (per device); but a round opened a few milliseconds ago and not
-yet seen here yields a "no". Such a check-in goes to the scheduler marked ``observe_only``:
-it counts as supply for the plan and is never assigned, so no slot is spent on a device
-that was sent away.
+a wait), duplicates are counted once (per device); but a round opened a few milliseconds
+ago and not yet seen here yields a "no". Such a check-in still counts as supply: the gateway
+reports it (`services.gateway.forwarding.SupplyCounter`).
 """
 
 from __future__ import annotations
@@ -72,6 +71,11 @@ class DemandView:
         """Devices seen assigned to the job's open attempt."""
         tally = self._tally(life)
         return 0 if tally is None else len(tally.assigned)
+
+    def job(self, job_id: str) -> JobLife | None:
+        """The job's lifecycle, None unless its registration was read."""
+        life = self.book.jobs.get(job_id)
+        return life if life is not None and life.registered is not None else None
 
     def is_open(self, job_id: str) -> bool:
         return self.remaining(self.book.get(job_id)) > 0

@@ -27,22 +27,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import msgspec
 from aiohttp import web
 
+from services.gateway.context import BrokerUnavailable, GatewayContext, NoJobsPrincipal
+from services.gateway.http import json_response, refused
 from services.gateway.job_view import job_list, job_summary, plan_of, supply_of
-from services.gateway.status_feed import StatusFeed
 from venn import events as ev
 from venn.auth import AuthError, Claims, bearer
 from venn.auth.tokens import Kind
-from venn.broker import topics
-from venn.broker.publish import KafkaEvents
+from venn.core.lifecycle import JobLife
 from venn.jobspec import JobSpecError, JobSubmission, parse_job_spec
-
-if TYPE_CHECKING:
-    from services.gateway.app import Gateway
 
 log = logging.getLogger("venn.gateway.jobs")
 
@@ -58,7 +54,6 @@ COORDINATOR_NOTE = (
 SPEC_READERS = 2
 """Job specs read at once, each in a thread of the job API's own (a flood of specs waits
 for none of the device paths, and cannot take the loop's default executor)."""
-_encode = msgspec.json.Encoder().encode
 
 
 class ApiError(Exception):
@@ -69,24 +64,19 @@ class ApiError(Exception):
         self.detail = detail
 
 
-def _json(payload: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_encode(payload), status=status, content_type="application/json")
-
-
 class JobsApi:
-    """The handlers, over one gateway's views and producer."""
+    """The handlers, over one gateway's views and job publisher."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
-        self.feed = StatusFeed(gw.settings)
+    def __init__(self, ctx: GatewayContext) -> None:
+        self.ctx = ctx
         self.readers = ThreadPoolExecutor(SPEC_READERS, thread_name_prefix="venn-jobspec")
         self.reading = 0
 
     # -- auth --------------------------------------------------------------------------
     def _claims(self, request: web.Request, *kinds: Kind) -> Claims | None:
-        if self.gw.tokens is None:
+        if self.ctx.tokens is None:
             return None
-        return self.gw.tokens.check(bearer(request.headers.get("Authorization")), *kinds)
+        return self.ctx.tokens.check(bearer(request.headers.get("Authorization")), *kinds)
 
     def operator(self, request: web.Request) -> None:
         self._claims(request, "admin")
@@ -101,40 +91,39 @@ class JobsApi:
         self, job_id: str, subject: str, ttl_s: float = EVENT_TOKEN_TTL_S
     ) -> str | None:
         """A job token for this job alone (what the scheduler checks on its events)."""
-        if self.gw.tokens is None:
+        if self.ctx.tokens is None:
             return None
-        return self.gw.tokens.issue("job", subject, jobs=[job_id], ttl_s=ttl_s)
+        return self.ctx.tokens.issue("job", subject, jobs=[job_id], ttl_s=ttl_s)
 
     # -- reads -------------------------------------------------------------------------
     def _ready(self) -> None:
-        if not self.gw.view_ready:
+        if not self.ctx.view_ready():
             raise ApiError(429, "view_not_ready", "the job view is still catching up; retry")
 
-    def _life(self, job_id: str) -> Any:
-        life = self.gw.view.book.jobs.get(job_id)
-        if life is None or life.registered is None:
+    def _life(self, job_id: str) -> JobLife:
+        life = self.ctx.view.job(job_id)
+        if life is None:
             raise ApiError(404, "unknown_job", f"no job {job_id!r}")
         return life
 
     def show(self, job_id: str) -> Json:
-        return job_summary(self.gw.view, self._life(job_id), self.feed.latest, time.time())
+        return job_summary(self.ctx.view, self._life(job_id), self.ctx.status(), time.time())
 
     # -- writes ------------------------------------------------------------------------
     async def _publish(self, event: ev.Event) -> None:
-        if self.gw.producer is not None and self.gw.jobs_producer is None:
+        if not self.ctx.broker_available():
+            raise ApiError(429, "broker_unavailable", "the broker does not answer; retry")
+        try:
+            async with asyncio.timeout(self.ctx.config.wait_s + 5):
+                await self.ctx.publish_job_event(event)
+        except NoJobsPrincipal:
             raise ApiError(
                 503,
                 "no_jobs_principal",
                 "this gateway serves devices only: it has no credentials of the jobs principal"
                 " (VENN_KAFKA_PASSWORD_JOBS), the only one that writes venn.jobs",
-            )
-        producer = self.gw.jobs_producer
-        if producer is None or not self.gw.broker.available:
-            raise ApiError(429, "broker_unavailable", "the broker does not answer; retry")
-        try:
-            async with asyncio.timeout(self.gw.config.wait_s + 5):
-                await KafkaEvents(producer).publish(topics.JOBS, event)
-        except Exception as exc:
+            ) from None
+        except (BrokerUnavailable, TimeoutError) as exc:
             log.warning("could not publish %s: %r", event.event_id, exc)
             raise ApiError(429, "broker_unavailable", "the broker did not take it; retry") from None
 
@@ -161,7 +150,7 @@ class JobsApi:
 
         read.add_done_callback(done)
         try:
-            async with asyncio.timeout(self.gw.config.wait_s):
+            async with asyncio.timeout(self.ctx.config.wait_s):
                 return await asyncio.shield(read)  # the thread runs on; `done` counts it
         except JobSpecError as exc:
             error = "malformed_spec" if exc.status == 400 else "invalid_request"
@@ -176,12 +165,12 @@ class JobsApi:
             claims.require_job(job_id)
         self._ready()
         subject = claims.subject if claims is not None else "anonymous"
-        known = self.gw.view.book.jobs.get(job_id)
+        known = self.ctx.view.job(job_id)
         if known is not None and known.registered is not None:
             first = known.registered.submit_token
             if spec.submit_token is None or first != spec.submit_token:
                 raise ApiError(409, "job_exists", f"job {job_id!r} was submitted before")
-            return _json(self._accepted(job_id, subject, created=False), 200)
+            return json_response(self._accepted(job_id, subject, created=False), 200)
         now = time.time()
         event = ev.JobRegistered(
             event_id=f"submit:{job_id}:{spec.submit_token or uuid.uuid4().hex}",
@@ -197,17 +186,16 @@ class JobsApi:
         )
         await self._publish(event)
         await self._seen(lambda: self._registered(job_id))
-        return _json(self._accepted(job_id, subject, created=True), 201)
+        return json_response(self._accepted(job_id, subject, created=True), 201)
 
     def _registered(self, job_id: str) -> bool:
-        life = self.gw.view.book.jobs.get(job_id)
-        return life is not None and life.registered is not None
+        return self.ctx.view.job(job_id) is not None
 
     async def _seen(self, done: Callable[[], bool]) -> None:
         """Wait (at most the answer bound) until this gateway's own view of venn.jobs shows
         what it just published, so that the caller's next read finds it: a job submitted and
         then looked up at once got 404 (schemathesis, stateful phase)."""
-        deadline = time.monotonic() + self.gw.config.wait_s
+        deadline = time.monotonic() + self.ctx.config.wait_s
         while not done() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 
@@ -233,43 +221,35 @@ class JobsApi:
         )
         await self._publish(event)
         await self._seen(lambda: self._life(job_id).ended)
-        return _json({"job_id": job_id, "state": "cancelling"}, 202)
+        return json_response({"job_id": job_id, "state": "cancelling"}, 202)
 
 
-def register(app: web.Application, gw: Gateway) -> JobsApi:
-    """Add the job API's routes to the gateway's app, and its status feed to its life."""
-    api = JobsApi(gw)
-    limit = gw.config.max_body_bytes
+def register(app: web.Application, ctx: GatewayContext) -> JobsApi:
+    """Add the job API's routes to the gateway's app."""
+    api = JobsApi(ctx)
+    limit = ctx.config.max_body_bytes
 
-    async def feed(_app: web.Application) -> AsyncIterator[None]:
-        await api.feed.start()
+    async def readers(_app: web.Application) -> AsyncIterator[None]:
         yield
-        await api.feed.stop()
         api.readers.shutdown(wait=False, cancel_futures=True)
 
-    app.cleanup_ctx.append(feed)
+    app.cleanup_ctx.append(readers)
 
     async def answer(run: Any) -> web.Response:
         try:
             result = await run()
         except ApiError as exc:
-            response = _json({"error": exc.error, "detail": exc.detail}, exc.status)
-            if exc.status == 429:
-                response.headers["Retry-After"] = "1"
-            return response
+            retry = 1 if exc.status == 429 else None
+            return json_response({"error": exc.error, "detail": exc.detail}, exc.status, retry)
         except AuthError as exc:
-            gw.stats.unauthorized += 1
-            response = _json({"error": exc.code, "detail": exc.detail}, exc.status)
-            if exc.status == 401:
-                response.headers["WWW-Authenticate"] = 'Bearer realm="venn"'
-            return response
-        return result if isinstance(result, web.Response) else _json(result)
+            return refused(ctx.stats, exc)
+        return result if isinstance(result, web.Response) else json_response(result)
 
     async def read_body(request: web.Request) -> bytes:
         if request.content_length is not None and request.content_length > limit:
             raise ApiError(413, "too_large", f"the body exceeds {limit} bytes")
         try:
-            async with asyncio.timeout(gw.config.wait_s + 5):
+            async with asyncio.timeout(ctx.config.wait_s + 5):
                 return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise ApiError(413, "too_large", f"the body exceeds {limit} bytes") from None
@@ -289,7 +269,7 @@ def register(app: web.Application, gw: Gateway) -> JobsApi:
         async def run() -> Json:
             api.operator(request)
             api._ready()
-            return {"jobs": job_list(gw.view, api.feed.latest, time.time())}
+            return {"jobs": job_list(ctx.view, ctx.status(), time.time())}
 
         return await answer(run)
 
@@ -316,14 +296,14 @@ def register(app: web.Application, gw: Gateway) -> JobsApi:
     async def plan(request: web.Request) -> web.Response:
         async def run() -> Json:
             api.operator(request)
-            return plan_of(api.feed.latest, time.time())
+            return plan_of(ctx.status(), time.time())
 
         return await answer(run)
 
     async def devices(request: web.Request) -> web.Response:
         async def run() -> Json:
             api.operator(request)
-            return supply_of(api.feed.latest, time.time())
+            return supply_of(ctx.status(), time.time())
 
         return await answer(run)
 

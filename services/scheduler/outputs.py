@@ -36,6 +36,7 @@ def assignment(
         task_url=task_url,
         speed_ms_per_sample=speed_ms_per_sample,
         bandwidth_kbps=bandwidth_kbps,
+        checkin_id=checkin_id,
     )
 
 

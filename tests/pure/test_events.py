@@ -17,6 +17,7 @@ from referencing import Registry, Resource
 from venn import events, fields, schema_files
 from venn.events import (
     EVENT_TYPES,
+    SCHEMA_DIR,
     Assignment,
     AssignmentBatch,
     CheckinBatch,
@@ -76,6 +77,7 @@ SAMPLES: dict[type[Event], Event] = {
         task_url="http://127.0.0.1:8080/tasks/j1/0",
         speed_ms_per_sample=12.5,
         bandwidth_kbps=8000,
+        checkin_id="gw-c1",
     ),
     DeviceResult: DeviceResult(
         event_id="r1",
@@ -163,6 +165,26 @@ REGISTRY: Registry[Any] = Registry().with_resources(
 )
 
 
+def test_every_schema_file_is_a_version_its_type_reads() -> None:
+    names = {t.type_name(): t for t in EVENT_TYPES}
+    for path in SCHEMA_DIR.glob("*.json"):
+        name, version = path.stem.rsplit(".v", 1)
+        assert name in names and 1 <= int(version) <= names[name].version, path.name
+
+
+def test_an_assignment_of_version_1_is_still_read() -> None:
+    """v2 added the check-in's id; a v1 assignment (written before) decodes without it."""
+    doc = as_dict(SAMPLES[Assignment])
+    del doc["checkin_id"]
+    doc["schema_version"] = 1
+    v1 = _Validator(load_schema(Assignment, 1), registry=REGISTRY)
+    v1.validate(doc)
+    old = decode(json.dumps(doc).encode())
+    assert isinstance(old, Assignment) and old.checkin_id is None and old.schema_version == 1
+    assert SAMPLES[Assignment].schema_version == 2
+    assert not v1.is_valid(as_dict(SAMPLES[Assignment]))  # v1 has no checkin_id
+
+
 # JSON Schema counts 1e11 and 5.0 as integers; our decoders (and most typed consumers)
 # take only integer literals for integer fields, and the schemas mean that.
 _LITERAL_INTEGERS = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
@@ -196,7 +218,7 @@ def test_every_event_type_has_a_sample_and_a_schema() -> None:
     assert set(SAMPLES) == set(EVENT_TYPES)
     for event_type in EVENT_TYPES:
         schema = load_schema(event_type)
-        assert schema["$id"].endswith(f"/{event_type.type_name()}.v1.json")
+        assert schema["$id"].endswith(f"/{event_type.type_name()}.v{event_type.version}.json")
         assert schema["additionalProperties"] is False
         assert schema["properties"]["type"] == {
             "const": event_type.type_name(),
@@ -262,8 +284,12 @@ def test_schema_lower_bounds_are_enforced_by_the_model(event: Event) -> None:
             doc[name] = prop["exclusiveMinimum"]
         elif prop.get("minLength") == 1:
             doc[name] = ""
-        elif "enum" in prop or ("const" in prop and name != "type"):
-            doc[name] = "not-a-member" if "enum" in prop else prop["const"] + 1
+        elif "enum" in prop:
+            members = prop["enum"]
+            numeric = all(isinstance(m, int) for m in members)
+            doc[name] = max(members) + 1 if numeric else "not-a-member"
+        elif "const" in prop and name != "type":
+            doc[name] = prop["const"] + 1
         else:
             continue
         err = rejected_by_both(type(event), doc)

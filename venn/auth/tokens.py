@@ -31,6 +31,10 @@ ISSUER = "venn"
 MIN_SECRET_BYTES = 32  # HS256 wants a key at least as long as its output
 CLOCK_SKEW_S = 60.0
 """How far the clock of a token's issuer may run ahead of the clock that judges it."""
+VERIFIED_CACHE = 100_000
+"""Verified tokens a checker remembers (a few hundred bytes each): a device checking in
+again within a gateway's last this-many check-ins costs a lookup, not an HMAC and a JSON
+parse (about 25-40 µs of the gateway's CPU per check-in)."""
 
 
 class AuthError(Exception):
@@ -97,11 +101,21 @@ class Revocations:
 class Tokens:
     """Issues and checks the deployment's tokens."""
 
-    def __init__(self, secret: str, revocations: Revocations | None = None) -> None:
+    def __init__(
+        self,
+        secret: str,
+        revocations: Revocations | None = None,
+        cache_size: int = VERIFIED_CACHE,
+    ) -> None:
         if len(secret.encode()) < MIN_SECRET_BYTES:
             raise ValueError(f"VENN_AUTH_SECRET must be at least {MIN_SECRET_BYTES} bytes")
         self._secret = secret
         self.revocations = revocations or Revocations()
+        self._verified: dict[str, tuple[Claims, float]] = {}
+        """Token -> its claims and issue time, for tokens whose signature and format were
+        verified: the same string verifies the same way, so only what changes with time
+        (expiry, revocation) is judged again. Oldest entries go first past ``cache_size``."""
+        self._cache_size = cache_size
 
     def issue(
         self,
@@ -135,16 +149,27 @@ class Tokens:
         if not token:
             raise AuthError(401, "missing_token", "send Authorization: Bearer <token>")
         when = time.time() if at is None else at
+        claims, issued_at = self._verified.get(token) or self._verify(token)
+        if claims.expires_at <= when:
+            raise AuthError(401, "expired_token", "the token has expired")
+        if issued_at > when + CLOCK_SKEW_S:
+            raise AuthError(401, "invalid_token", "the token was issued after this was sent")
+        kind = claims.kind
+        if self.revocations.revoked(claims.token_id, at):
+            raise AuthError(401, "revoked_token", "the token has been revoked")
+        if kind != "admin" and kinds and kind not in kinds:
+            raise AuthError(403, "forbidden", f"a {kind} token cannot do this")
+        return claims
+
+    def _verify(self, token: str) -> tuple[Claims, float]:
+        """The claims and issue time of a well-formed token signed with the secret (cached);
+        AuthError 401 if it is not one."""
         try:
             raw = self._decode(token)
             expires_at = float(raw["exp"])
             issued_at = float(raw.get("iat", 0))
         except (jwt.InvalidTokenError, TypeError, ValueError, OverflowError) as exc:
             raise AuthError(401, "invalid_token", f"the token is not valid ({exc})") from None
-        if expires_at <= when:
-            raise AuthError(401, "expired_token", "the token has expired")
-        if issued_at > when + CLOCK_SKEW_S:
-            raise AuthError(401, "invalid_token", "the token was issued after this was sent")
         kind = raw.get("kind")
         if kind not in KINDS:
             raise AuthError(401, "invalid_token", "the token has no known kind")
@@ -155,11 +180,11 @@ class Tokens:
             expires_at=expires_at,
             jobs=tuple(str(j) for j in raw.get("jobs") or ()),
         )
-        if self.revocations.revoked(claims.token_id, at):
-            raise AuthError(401, "revoked_token", "the token has been revoked")
-        if kind != "admin" and kinds and kind not in kinds:
-            raise AuthError(403, "forbidden", f"a {kind} token cannot do this")
-        return claims
+        if self._cache_size > 0:
+            if len(self._verified) >= self._cache_size:
+                del self._verified[next(iter(self._verified))]
+            self._verified[token] = (claims, issued_at)
+        return claims, issued_at
 
     def _decode(self, token: str) -> dict[str, Any]:
         """The claims of a token signed with the secret (InvalidTokenError if not). exp and
@@ -186,6 +211,8 @@ class GivenTokens(Tokens):
     def __init__(self, given: Iterable[str], revocations: Revocations | None = None) -> None:
         self._given = frozenset(given)
         self.revocations = revocations or Revocations()
+        self._verified = {}
+        self._cache_size = len(self._given)
 
     def issue(self, *args: Any, **kwargs: Any) -> str:
         raise RuntimeError("a process without VENN_AUTH_SECRET issues no token")

@@ -1,0 +1,84 @@
+"""The job API part of the gateway (services/gateway/jobs_api.py) served alone on an
+in-memory context: what it publishes, what it refuses and how it counts refusals."""
+
+from __future__ import annotations
+
+import msgspec
+
+from services.gateway import jobs_api
+from tests.gateway_parts import bearer, memory_gateway, serve
+from venn import events as ev
+
+SPEC = {"requirement": {"ram": 2}, "demand": 3, "rounds": 2, "deadline_s": 60, "workload_s": 5}
+
+
+async def test_a_submission_is_published_once_with_a_token_for_that_job_alone() -> None:
+    memory = memory_gateway()
+    assert memory.tokens is not None
+    owner = memory.tokens.issue("job", "team-a", jobs=["team-a-*"], ttl_s=60)
+    async with serve(memory, jobs_api.register) as (http, url):
+        body = msgspec.json.encode({**SPEC, "job_id": "team-a-1", "submit_token": "s1"})
+        async with http.post(f"{url}/v1/jobs", data=body, headers=bearer(owner)) as r:
+            assert r.status == 201, await r.text()
+            first = await r.json()
+        async with http.post(f"{url}/v1/jobs", data=body, headers=bearer(owner)) as r:
+            assert (r.status, (await r.json())["created"]) == (200, False)
+        other = msgspec.json.encode({**SPEC, "job_id": "team-a-1", "submit_token": "s2"})
+        async with http.post(f"{url}/v1/jobs", data=other, headers=bearer(owner)) as r:
+            assert (r.status, (await r.json())["error"]) == (409, "job_exists")
+        outside = msgspec.json.encode({**SPEC, "job_id": "team-b-1"})
+        async with http.post(f"{url}/v1/jobs", data=outside, headers=bearer(owner)) as r:
+            assert r.status == 403
+    (registered,) = memory.published
+    assert isinstance(registered, ev.JobRegistered) and registered.job_id == "team-a-1"
+    assert registered.token is not None
+    assert memory.tokens.check(registered.token, "job").jobs == ("team-a-1",)
+    assert memory.tokens.check(first["token"], "job").jobs == ("team-a-1",)
+    assert memory.stats.unauthorized == 1
+
+
+async def test_another_jobs_token_may_neither_read_nor_cancel() -> None:
+    memory = memory_gateway()
+    assert memory.tokens is not None
+    admin = memory.tokens.issue("admin", "ops", ttl_s=60)
+    b_owner = memory.tokens.issue("job", "b", jobs=["job-b"], ttl_s=60)
+    async with serve(memory, jobs_api.register) as (http, url):
+        body = msgspec.json.encode({**SPEC, "job_id": "job-a"})
+        async with http.post(f"{url}/v1/jobs", data=body, headers=bearer(admin)) as r:
+            assert r.status == 201
+        async with http.get(f"{url}/v1/jobs/job-a", headers=bearer(b_owner)) as r:
+            assert r.status == 403
+        async with http.delete(f"{url}/v1/jobs/job-a", headers=bearer(b_owner)) as r:
+            assert r.status == 403
+        async with http.get(f"{url}/v1/jobs/job-a") as r:
+            assert r.status == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
+        async with http.get(f"{url}/v1/jobs/job-a", headers=bearer(admin)) as r:
+            assert r.status == 200 and (await r.json())["job_id"] == "job-a"
+        async with http.delete(f"{url}/v1/jobs/job-a", headers=bearer(admin)) as r:
+            assert (r.status, (await r.json())["state"]) == (202, "cancelling")
+        async with http.delete(f"{url}/v1/jobs/job-a", headers=bearer(admin)) as r:
+            assert (r.status, (await r.json())["error"]) == (409, "job_ended")
+    assert [type(e) for e in memory.published] == [ev.JobRegistered, ev.JobCancelled]
+    assert memory.stats.unauthorized == 3
+
+
+async def test_no_jobs_principal_no_broker_and_a_view_catching_up_are_told_apart() -> None:
+    memory = memory_gateway(auth=False)
+    body = msgspec.json.encode({**SPEC, "job_id": "job-x"})
+    async with serve(memory, jobs_api.register) as (http, url):
+        memory.ready = False
+        async with http.post(f"{url}/v1/jobs", data=body) as r:
+            assert (r.status, (await r.json())["error"]) == (429, "view_not_ready")
+            assert r.headers["Retry-After"] == "1"
+        memory.ready, memory.may_write_jobs = True, False
+        async with http.post(f"{url}/v1/jobs", data=body) as r:
+            assert (r.status, (await r.json())["error"]) == (503, "no_jobs_principal")
+        memory.may_write_jobs, memory.broker = True, False
+        async with http.post(f"{url}/v1/jobs", data=body) as r:
+            assert (r.status, (await r.json())["error"]) == (429, "broker_unavailable")
+        memory.broker = True
+        async with http.post(f"{url}/v1/jobs", data=body) as r:
+            assert r.status == 201
+        async with http.get(f"{url}/v1/plan") as r:
+            assert r.status == 200  # no snapshot yet: an empty plan, not an error
+    assert [e.job_id for e in memory.published if isinstance(e, ev.JobRegistered)] == ["job-x"]
