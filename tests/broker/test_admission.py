@@ -7,6 +7,7 @@ job_history."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,13 +41,35 @@ MIN_CHECKINS = 20
 @dataclasses.dataclass
 class Stack:
     bus: Bus
-    gateway: GatewayServer
+    settings: Settings
     http: aiohttp.ClientSession
     pg_url: str
+    gateway: GatewayServer | None = None
+
+    @contextlib.asynccontextmanager
+    async def serving(self, **admission: Any) -> AsyncIterator[GatewayServer]:
+        """A gateway with these admission settings (every gateway admits queued jobs by its
+        own limits, so one at a time)."""
+        server = GatewayServer(self.settings.with_admission(**admission))
+        await server.start()
+        deadline = time.monotonic() + 30
+        while not server.gateway.view_ready and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        self.gateway = server
+        try:
+            yield server
+        finally:
+            self.gateway = None
+            await server.stop()
+
+    @property
+    def url(self) -> str:
+        assert self.gateway is not None
+        return self.gateway.url
 
     async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
-        async with self.http.request(method, self.gateway.url + path, data=data) as r:
+        async with self.http.request(method, self.url + path, data=data) as r:
             return r.status, await r.json()
 
     async def until(self, path: str, check: Any, timeout: float = 30.0) -> Any:
@@ -59,7 +82,7 @@ class Stack:
             await asyncio.sleep(0.2)
 
     async def cli(self, *args: str) -> tuple[int, str, str]:
-        env = {**os.environ, "VENN_API_URL": self.gateway.url,
+        env = {**os.environ, "VENN_API_URL": self.url,
                "VENN_RUN_DIR": "/nonexistent-venn-run-dir"}  # fmt: skip
         env.pop("VENN_API_TOKEN", None)
         proc = await asyncio.create_subprocess_exec(
@@ -69,11 +92,6 @@ class Stack:
         out, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode is not None
         return proc.returncode, out.decode(), err.decode()
-
-    def limit(self, **changes: Any) -> None:
-        """Admission settings for what follows (the gateway reads them at each decision)."""
-        gw = self.gateway.gateway
-        gw.settings = gw.settings.with_admission(**changes)
 
     async def supply(self, attr: str, devices: int = 30) -> None:
         """Devices with ``attr`` 2 check in, until the scheduler's snapshot holds them."""
@@ -137,18 +155,12 @@ async def stack(broker: str, run_dir: Path, partitions: int, pg_url: str) -> Asy
     gateway_settings = settings.with_gateway(port=0, wait_s=2.0).with_admission(
         min_checkins=MIN_CHECKINS, queue_check_s=0.3
     )
-    server = GatewayServer(gateway_settings)
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
     try:
         await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
-        await server.start()
-        deadline = time.monotonic() + 30
-        while not server.gateway.view_ready and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        yield Stack(bus, server, http, pg_url)
+        yield Stack(bus, gateway_settings, http, pg_url)
     finally:
         await http.close()
-        await server.stop()
         stop.set()
         await asyncio.wait_for(recorder, 30)
         stop_worker(worker, timeout=10)
@@ -169,6 +181,11 @@ def spec_file(tmp_path: Path, body: dict[str, Any]) -> str:
 async def test_refused_submissions_with_the_reason_and_the_counts(
     stack: Stack, tmp_path: Path
 ) -> None:
+    async with stack.serving():
+        await refusals(stack, tmp_path)
+
+
+async def refusals(stack: Stack, tmp_path: Path) -> None:
     tok = uuid.uuid4().hex[:8]
     attr = f"ram_{tok}"
     await stack.supply(attr)
@@ -215,11 +232,11 @@ async def test_a_queued_job_is_admitted_when_the_running_job_ends(
 ) -> None:
     tok = uuid.uuid4().hex[:8]
     attr = f"cpu_{tok}"
-    await stack.supply(attr)
-    running = load_of(stack.gateway.gateway.view).running  # other tests' jobs on this broker
-    stack.limit(max_running_jobs=running + 1)
+    async with stack.serving() as probe:
+        await stack.supply(attr)
+        running = load_of(probe.gateway.view).running  # other tests' jobs on this broker
     first, queued, refused = f"first-{tok}", f"queued-{tok}", f"refused-{tok}"
-    try:
+    async with stack.serving(max_running_jobs=running + 1):
         status, body = await stack.call("POST", "/v1/jobs", spec(first, {attr: 1}))
         assert status == 201, body
         code, out, err = await stack.cli(
@@ -241,10 +258,8 @@ async def test_a_queued_job_is_admitted_when_the_running_job_ends(
             f"/v1/jobs/{queued}", lambda j: j["state"] == "submitted" and j["estimate_state"]
         )
         assert job["admission"]["decision"] == "admitted"
-    finally:
-        stack.limit(max_running_jobs=0)
 
-    await stack.history_until(first, ["admitted", "registered", "finished"])
+    await stack.history_until(first, ["registered", "finished"])
     rows = await stack.history_until(queued, ["queued", "admitted", "registered"])
     assert rows[0][1].startswith("running_jobs_limit"), rows
     await stack.history_until(refused, ["refused"])
