@@ -351,10 +351,10 @@ class JobsApi:
 
 
 def _flag(query: Mapping[str, str], name: str) -> bool:
-    value = query.get(name, "false").lower()
-    if value not in ("true", "1", "yes", "false", "0", "no"):
+    value = query.get(name, "false")
+    if value not in ("true", "false"):
         raise ApiError(422, "invalid_request", f"{name} must be true or false")
-    return value in ("true", "1", "yes")
+    return value == "true"
 
 
 def _number(query: Mapping[str, str], name: str) -> float | None:
