@@ -335,7 +335,8 @@ class JobsApi:
 
     async def cancel(self, job_id: str, claims: Claims | None) -> web.Response:
         life = self._life(job_id)
-        if life.ended:
+        if life.ended or (life.registered is None and not life.waiting_admission):
+            # A refused submission never ran: nothing to cancel.
             raise ApiError(409, "job_ended", f"job {job_id!r} is {life.status} already")
         subject = claims.subject if claims is not None else "anonymous"
         event = ev.JobCancelled(

@@ -140,6 +140,15 @@ async def test_admission_refuses_with_the_counts_and_admits_a_queued_job_as_a_jo
             await asyncio.sleep(0.05)
         else:
             raise AssertionError("the queued job was not admitted")
+        async with http.delete(f"{url}/v1/jobs/none") as r:
+            assert (r.status, (await r.json())["error"]) == (409, "job_ended")  # refused
+        async with http.post(f"{url}/v1/jobs?queue=true", data=spec("e", 2)) as r:
+            assert r.status == 202  # "c" runs now: the limit holds "e"
+        async with http.delete(f"{url}/v1/jobs/e") as r:
+            assert r.status == 202
+        await asyncio.sleep(0.2)
+        async with http.get(f"{url}/v1/jobs/e") as r:
+            assert (await r.json())["state"] == "cancelled"  # and never admitted
     decisions = [
         (type(e).__name__, getattr(e, "job_id", None), getattr(e, "decision", None))
         for e in memory.published
@@ -151,4 +160,6 @@ async def test_admission_refuses_with_the_counts_and_admits_a_queued_job_as_a_jo
         ("JobAdmission", "c", "queued"),
         ("JobAdmission", "c", "admitted"),
         ("JobRegistered", "c", None),
+        ("JobAdmission", "e", "queued"),
+        ("JobCancelled", "e", None),
     ]
