@@ -8,10 +8,13 @@ import time
 
 import msgspec
 import numpy as np
+import pytest
 
 from services.gateway import jobs_api
 from tests.gateway_parts import bearer, memory_gateway, serve
 from venn import events as ev
+from venn.auth import AuthError
+from venn.auth.checks import check_job_event
 from venn.core.registry import make_scheduler
 from venn.core.status import SchedulerStatus, scheduler_status
 from venn.core.supply import AttributeMix
@@ -163,3 +166,23 @@ async def test_admission_refuses_with_the_counts_and_admits_a_queued_job_as_a_jo
         ("JobAdmission", "e", "queued"),
         ("JobCancelled", "e", None),
     ]
+
+
+async def test_admission_decisions_carry_a_token_every_reader_accepts() -> None:
+    memory = memory_gateway()
+    memory.status = _status(time.time())
+    assert memory.tokens is not None
+    owner = memory.tokens.issue("job", "team-a", jobs=["team-a-*"], ttl_s=60)
+    body = msgspec.json.encode({**SPEC, "job_id": "team-a-9", "requirement": {"ram": 8}})
+    async with (
+        serve(memory, jobs_api.register) as (http, url),
+        http.post(f"{url}/v1/jobs", data=body, headers=bearer(owner)) as r,
+    ):
+        assert r.status == 409
+    (refusal,) = memory.published
+    assert isinstance(refusal, ev.JobAdmission) and refusal.decision == "refused"
+    # Venn's own decision: an operator's token, as the stream check of venn.jobs wants.
+    assert check_job_event(memory.tokens, refusal) is not None
+    forged = msgspec.structs.replace(refusal, token=owner)
+    with pytest.raises(AuthError):
+        check_job_event(memory.tokens, forged)
