@@ -58,6 +58,8 @@ BENCHES = (
           "about 4 minutes per policy"),
     Bench("designs_bench.py", "scale-out designs in the simulator: supply reports (A) and "
           "the leased mode (C) against one worker", None, "about 10 minutes (C: 30 more)"),
+    Bench("estimate_bench.py", "completion estimate at arrival against the actual JCT, "
+          "per Table 1 workload", None, "about 3 minutes"),
     Bench("bound_slot_bench.py", "the optimality bound's LP against its slot length", None,
           "up to an hour"),
     Bench("flower_bench.py", "three Flower runs on eight SuperNodes: Venn against Flower "

@@ -134,6 +134,30 @@ class JobExpired(Event, tag="job_expired", frozen=True):
     """An operator's (admin) token: the scheduler signs what it decides on its own."""
 
 
+class JobAdmission(Event, tag="job_admission", frozen=True):
+    """The job API's decision on a submission (`venn.core.admission`): refused (with why),
+    queued (the submission is kept here, and registered as it was when it is admitted), or
+    admitted (now, or from the queue; ``reason`` carries a late finish's warning). Venn
+    decides it: it carries an operator's token. Topic venn.jobs, key job_id."""
+
+    job_id: Id
+    decision: Literal["admitted", "queued", "refused"]
+    reason: Text
+    estimate: Timestamp | None = None
+    """The completion estimate made for the decision, if one was."""
+    requirement: Attrs | None = None
+    """A queued submission's spec (this and the fields below), registered when admitted."""
+    demand: Demand | None = None
+    rounds: Rounds | None = None
+    deadline_s: PosDuration | None = None
+    workload_s: Duration | None = None
+    submit_token: Id | None = None
+    owner: Id | None = None
+    """Who submitted it (the subject of their token): the registration's token is theirs."""
+    token: Token | None = None
+    """An operator's (admin) token."""
+
+
 class Assignment(Event, tag="assignment", frozen=True, kw_only=True):
     version: ClassVar[int] = 2
 
@@ -312,6 +336,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobExpired,
     DeviceEnrolled,
     SupplyReport,
+    JobAdmission,
 )
 
 AnyEvent = (
@@ -332,11 +357,19 @@ AnyEvent = (
     | JobExpired
     | DeviceEnrolled
     | SupplyReport
+    | JobAdmission
 )
 
 ALLOWED_ON: dict[str, tuple[type[Event], ...]] = {
     topics.CHECKINS: (DeviceCheckin, CheckinBatch, SupplyReport),
-    topics.JOBS: (JobRegistered, RoundRequested, JobCancelled, JobHeartbeat, JobExpired),
+    topics.JOBS: (
+        JobRegistered,
+        RoundRequested,
+        JobCancelled,
+        JobHeartbeat,
+        JobExpired,
+        JobAdmission,
+    ),
     topics.ASSIGNMENTS: (Assignment, AssignmentBatch),
     topics.RESULTS: (DeviceResult,),
     topics.ROUNDS: (RoundClosed, JobFinished),

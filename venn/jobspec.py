@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from venn.fields import Attrs, Demand, Duration, Id, PosDuration, Rounds
+from venn.fields import Attrs, Demand, Duration, Id, PosDuration, Rounds, Timestamp
 
 SPEC_MAX_BYTES = 16384
 SPEC_MAX_DEPTH = 8
@@ -55,6 +55,9 @@ class JobSubmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     workload_s: Duration = 30.0
     job_id: Id | None = None
     submit_token: Id | None = None
+    finish_by: Timestamp | None = None
+    """When the job must be done (seconds, the epoch): a submission whose completion
+    estimate misses it is refused (`venn.core.admission`)."""
 
     def resolved_job_id(self, prefix: str = "job-") -> str:
         """The job id: given, else derived from the submit token (a retry gets the same

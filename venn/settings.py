@@ -192,6 +192,36 @@ class SchedulerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionSettings:
+    """Admission of submitted jobs (`venn.core.admission`), judged by the job API: operator
+    limits, and how much supply must have been seen before a requirement is judged."""
+
+    max_running_jobs: int = setting(
+        "VENN_MAX_RUNNING_JOBS",
+        0,
+        "Most jobs admitted and not ended at once; a submission past it is refused, or queued "
+        "with --queue and admitted in order as jobs end. 0: no limit.",
+    )
+    max_open_demand: int = setting(
+        "VENN_MAX_OPEN_DEMAND",
+        0,
+        "Most devices per round asked by the admitted jobs together (the sum of their "
+        "demands); past it as VENN_MAX_RUNNING_JOBS. 0: no limit.",
+    )
+    min_checkins: int = setting(
+        "VENN_ADMISSION_MIN_CHECKINS",
+        200,
+        "Check-ins the scheduler's supply window must hold before a requirement is judged "
+        "against it: with fewer (right after a start) nothing is refused for lack of supply.",
+    )
+    queue_check_s: float = setting(
+        "VENN_ADMISSION_QUEUE_CHECK_S",
+        1.0,
+        "How often a gateway looks whether a queued job can be admitted.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class CliSettings:
     """The job commands of the `venn` CLI (`venn job ...`, `venn plan`, `venn devices`)."""
 
@@ -442,6 +472,9 @@ class Settings:
     scheduler: SchedulerSettings = field(
         default_factory=SchedulerSettings, metadata={"section": SchedulerSettings}
     )
+    admission: AdmissionSettings = field(
+        default_factory=AdmissionSettings, metadata={"section": AdmissionSettings}
+    )
     cli: CliSettings = field(default_factory=CliSettings, metadata={"section": CliSettings})
     flower: FlowerSettings = field(
         default_factory=FlowerSettings, metadata={"section": FlowerSettings}
@@ -529,6 +562,10 @@ class Settings:
     def with_gateway(self, **changes: Any) -> Settings:
         """These settings with ``changes`` to the gateway section."""
         return dataclasses.replace(self, gateway=dataclasses.replace(self.gateway, **changes))
+
+    def with_admission(self, **changes: Any) -> Settings:
+        """These settings with ``changes`` to the admission section."""
+        return dataclasses.replace(self, admission=dataclasses.replace(self.admission, **changes))
 
     def with_scheduler(self, **changes: Any) -> Settings:
         """These settings with ``changes`` to the scheduler section."""

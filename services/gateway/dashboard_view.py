@@ -98,8 +98,10 @@ class DeadLetterTally:
 
 def _listed(jobs: list[Json], max_ended: int) -> list[Json]:
     """Jobs still running (all of them), then the newest ``max_ended`` ended ones."""
-    running = [j for j in jobs if j["ended_at"] is None]
-    ended = [j for j in jobs if j["ended_at"] is not None][:max_ended]
+    # A refused submission never ran: it is listed with the ended jobs.
+    running = [j for j in jobs if j["ended_at"] is None and j["state"] != "refused"]
+    ended = [j for j in jobs if j["ended_at"] is not None or j["state"] == "refused"]
+    ended = ended[:max_ended]
     return running + ended
 
 

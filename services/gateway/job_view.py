@@ -71,12 +71,13 @@ def job_summary(
         }
     rounds_total = reg.rounds if reg is not None else None
     ended = life.finished or life.cancelled or life.expired
+    asked = reg or life.queued
     return {
         "job_id": life.job_id,
         "state": life.status,
-        "requirement": dict(reg.requirement) if reg is not None else None,
-        "demand": reg.demand if reg is not None else None,
-        "deadline_s": reg.deadline_s if reg is not None else None,
+        "requirement": dict(asked.requirement or {}) if asked is not None else None,
+        "demand": asked.demand if asked is not None else None,
+        "deadline_s": asked.deadline_s if asked is not None else None,
         "round": life.rounds_done + (1 if attempt is not None else 0),
         "rounds": rounds_total,
         "rounds_done": life.rounds_done,
@@ -89,13 +90,51 @@ def job_summary(
         "last_seen": life.last_seen or None,
         "ended_at": ended.time if ended is not None else None,
         "jct_s": life.finished.jct_s if life.finished is not None else None,
+        **_estimate(life, status, now),
+        "admission": _admission(life),
     }
+
+
+def _estimate(life: JobLife, status: SchedulerStatus | None, now: float) -> Json:
+    """When the scheduler's completion estimate says the job finishes (`venn.core.estimate`):
+    ``estimate_state`` is "estimated", "never" (not at the current supply) or None (no
+    fresh snapshot holds the job, or it ended)."""
+    none: Json = {"estimated_finish": None, "estimated_remaining_s": None, "estimate_state": None}
+    if life.ended or status is None or now - status.time > STATUS_STALE_S:
+        return none
+    placement = status.job(life.job_id)
+    if placement is None:
+        return none
+    end = placement.estimated_finish
+    if end is None:
+        return {**none, "estimate_state": "never"}
+    return {
+        "estimated_finish": end,
+        "estimated_remaining_s": round(max(0.0, end - now), 1),
+        "estimate_state": "estimated",
+    }
+
+
+def _admission(life: JobLife) -> Json | None:
+    a = life.admission
+    if a is None:
+        return None
+    return {"decision": a.decision, "reason": a.reason, "estimate": a.estimate, "time": a.time}
 
 
 def job_list(view: DemandView, status: SchedulerStatus | None, now: float) -> list[Json]:
     """Every registered job, newest first."""
-    lives = [life for life in view.book.jobs.values() if life.registered is not None]
-    lives.sort(key=lambda life: life.registered.time if life.registered else 0.0, reverse=True)
+    lives = [
+        life
+        for life in view.book.jobs.values()
+        if life.registered is not None or life.admission is not None
+    ]
+
+    def since(life: JobLife) -> float:
+        first = life.registered or life.queued or life.admission
+        return first.time if first is not None else 0.0
+
+    lives.sort(key=since, reverse=True)
     return [job_summary(view, life, status, now) for life in lives]
 
 
@@ -131,6 +170,7 @@ def supply_of(status: SchedulerStatus | None, now: float) -> Json:
         "available": True,
         "age_s": round(max(0.0, now - status.time), 3),
         "window": status.window,
+        "admission_window": sum(s.checkins for s in status.supply_mix),
         "checkin_rate_per_s": status.checkin_rate_per_s,
         "busy_devices": status.busy_devices,
         "device_groups": [

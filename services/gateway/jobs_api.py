@@ -1,7 +1,11 @@
 """The job API on the gateway's address (issue 15, item 1): submit, list, show and cancel
 jobs; the scheduler's plan and the device supply.
 
-- ``POST /v1/jobs``: a spec (`venn.jobspec`, JSON or YAML) -> JobRegistered on venn.jobs.
+- ``POST /v1/jobs``: a spec (`venn.jobspec`, JSON or YAML) -> JobRegistered on venn.jobs,
+  once admission (`services.gateway.admission_gate`) admits it: refused is 409 with the
+  reason and its counts, ``?queue=true`` queues it instead (202, admitted later in order),
+  ``?finish_by=T`` (or the spec's ``finish_by``) refuses it if its completion estimate is
+  later, unless ``?accept_late=true``; every decision is a JobAdmission on venn.jobs.
   Answers the job id and a job token scoped to that job alone. With the same
   ``submit_token`` a retried submission answers the same job (200, a fresh token), never
   a second one. Who may submit: an operator (admin token) or a job owner holding a job
@@ -25,18 +29,21 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
 from aiohttp import web
 
+from services.gateway.admission_gate import due, judge, limits_of, request_of
 from services.gateway.context import BrokerUnavailable, GatewayContext, NoJobsPrincipal
 from services.gateway.http import json_response, refused
 from services.gateway.job_view import job_list, job_summary, plan_of, supply_of
 from venn import events as ev
 from venn.auth import AuthError, Claims, bearer
 from venn.auth.tokens import Kind
+from venn.core.admission import Limits
 from venn.core.lifecycle import JobLife
 from venn.jobspec import JobSpecError, JobSubmission, parse_job_spec
 
@@ -57,11 +64,12 @@ for none of the device paths, and cannot take the loop's default executor)."""
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, error: str, detail: str) -> None:
+    def __init__(self, status: int, error: str, detail: str, extra: Json | None = None) -> None:
         super().__init__(detail)
         self.status = status
         self.error = error
         self.detail = detail
+        self.extra = extra or {}
 
 
 class JobsApi:
@@ -101,10 +109,15 @@ class JobsApi:
             raise ApiError(429, "view_not_ready", "the job view is still catching up; retry")
 
     def _life(self, job_id: str) -> JobLife:
-        life = self.ctx.view.job(job_id)
+        life = self.ctx.view.job(job_id) or self._decided(job_id)
         if life is None:
             raise ApiError(404, "unknown_job", f"no job {job_id!r}")
         return life
+
+    def _decided(self, job_id: str) -> JobLife | None:
+        """A job admission queued or refused (not registered)."""
+        life = self.ctx.view.book.jobs.get(job_id)
+        return life if life is not None and life.admission is not None else None
 
     def show(self, job_id: str) -> Json:
         return job_summary(self.ctx.view, self._life(job_id), self.ctx.status(), time.time())
@@ -158,22 +171,66 @@ class JobsApi:
         except TimeoutError:
             raise ApiError(429, "busy", "the job spec was not read in time; retry") from None
 
-    async def submit(self, claims: Claims | None, body: bytes) -> web.Response:
+    async def submit(
+        self, claims: Claims | None, body: bytes, query: Mapping[str, str]
+    ) -> web.Response:
         spec = await self.read_spec(body)
         job_id = self._job_id_for(spec, claims)
         if claims is not None:
             claims.require_job(job_id)
         self._ready()
         subject = claims.subject if claims is not None else "anonymous"
-        known = self.ctx.view.job(job_id)
-        if known is not None and known.registered is not None:
-            first = known.registered.submit_token
-            if spec.submit_token is None or first != spec.submit_token:
+        known = self.ctx.view.book.jobs.get(job_id)
+        if known is not None and (known.registered is not None or known.waiting_admission):
+            first = known.registered or known.queued
+            token = first.submit_token if first is not None else None
+            if spec.submit_token is None or token != spec.submit_token:
                 raise ApiError(409, "job_exists", f"job {job_id!r} was submitted before")
+            if known.registered is None:
+                return json_response(self._queued(job_id, subject, known.admission), 202)
             return json_response(self._accepted(job_id, subject, created=False), 200)
         now = time.time()
+        finish_by = _number(query, "finish_by")
+        queue, accept_late = _flag(query, "queue"), _flag(query, "accept_late")
+        req = request_of(spec, job_id, finish_by, queue, accept_late)
+        decision = judge(req, self.ctx.view, self.ctx.status(), self.limits, now)
+        attempt = spec.submit_token or uuid.uuid4().hex
+        said = f"{decision.reason}: {decision.detail}"
+        if decision.verdict == "refused":
+            refusal = f"refuse:{job_id}:{attempt}"
+            await self._publish(
+                self._admission(job_id, "refused", said, decision.estimate, refusal)
+            )
+            extra = {"counts": decision.counts, "estimated_finish": decision.estimate}
+            raise ApiError(409, decision.reason, decision.detail, extra)
+        if decision.verdict == "queued":
+            queued = self._admission(
+                job_id,
+                "queued",
+                said,
+                None,
+                f"queue:{job_id}:{attempt}",
+                requirement=dict(spec.requirement),
+                demand=spec.demand,
+                rounds=spec.rounds,
+                deadline_s=spec.deadline_s,
+                workload_s=spec.workload_s,
+                submit_token=spec.submit_token,
+                owner=subject if claims is not None else None,
+            )
+            await self._publish(queued)
+            await self._seen(lambda: self.ctx.view.book.get(job_id).waiting_admission)
+            return json_response(self._queued(job_id, subject, queued), 202)
+        if decision.estimate is not None or decision.warning is not None:
+            # Judged against finish_by: the decision says how (a plain admission is the
+            # registration alone).
+            note = decision.warning or decision.detail
+            admission = f"admit:{job_id}:{attempt}"
+            await self._publish(
+                self._admission(job_id, "admitted", note, decision.estimate, admission)
+            )
         event = ev.JobRegistered(
-            event_id=f"submit:{job_id}:{spec.submit_token or uuid.uuid4().hex}",
+            event_id=f"submit:{job_id}:{attempt}",
             time=now,
             job_id=job_id,
             requirement=dict(spec.requirement),
@@ -186,7 +243,76 @@ class JobsApi:
         )
         await self._publish(event)
         await self._seen(lambda: self._registered(job_id))
-        return json_response(self._accepted(job_id, subject, created=True), 201)
+        answer = self._accepted(job_id, subject, created=True)
+        answer["estimated_finish"] = decision.estimate
+        answer["warning"] = decision.warning
+        return json_response(answer, 201)
+
+    @property
+    def limits(self) -> Limits:
+        return limits_of(self.ctx.settings.admission)
+
+    def _admission(
+        self,
+        job_id: str,
+        decision: Literal["admitted", "queued", "refused"],
+        reason: str,
+        estimate: float | None,
+        event_id: str,
+        **spec: Any,
+    ) -> ev.JobAdmission:
+        token = None
+        if self.ctx.tokens is not None:
+            token = self.ctx.tokens.issue("admin", "venn-admission", ttl_s=EVENT_TOKEN_TTL_S)
+        return ev.JobAdmission(
+            event_id=event_id,
+            time=time.time(),
+            job_id=job_id,
+            decision=decision,
+            reason=ev.clean_text(reason),
+            estimate=estimate,
+            token=token,
+            **spec,
+        )
+
+    def _queued(self, job_id: str, subject: str, admission: ev.JobAdmission | None) -> Json:
+        answer = self._accepted(job_id, subject, created=True)
+        answer["state"] = "queued"
+        answer["detail"] = admission.reason if admission is not None else "queued"
+        return answer
+
+    async def admit_due(self) -> int:
+        """Admit the queued jobs that are due (what any gateway would: the same events)."""
+        if not self.ctx.view_ready():
+            return 0
+        admitted = 0
+        for life, req in due(self.ctx.view, self.ctx.status(), self.limits, time.time()):
+            queued = life.queued
+            if queued is None:
+                continue
+            owner = queued.owner or "anonymous"
+            ending = f"{req.job_id}:{queued.event_id}"
+            note = "admitted from the queue: a limit or the supply allows it now"
+            await self._publish(
+                self._admission(req.job_id, "admitted", note, None, f"admit:{ending}")
+            )
+            await self._publish(
+                ev.JobRegistered(
+                    event_id=f"submit:{ending}",
+                    time=time.time(),
+                    job_id=req.job_id,
+                    requirement=dict(queued.requirement or {}),
+                    demand=req.demand,
+                    rounds=req.rounds,
+                    deadline_s=req.deadline_s,
+                    workload_s=req.workload_s,
+                    submit_token=queued.submit_token,
+                    token=self._event_token(req.job_id, owner),
+                )
+            )
+            await self._seen(partial(self._registered, req.job_id))
+            admitted += 1
+        return admitted
 
     def _registered(self, job_id: str) -> bool:
         return self.ctx.view.job(job_id) is not None
@@ -209,7 +335,8 @@ class JobsApi:
 
     async def cancel(self, job_id: str, claims: Claims | None) -> web.Response:
         life = self._life(job_id)
-        if life.ended:
+        if life.ended or (life.registered is None and not life.waiting_admission):
+            # A refused submission never ran: nothing to cancel.
             raise ApiError(409, "job_ended", f"job {job_id!r} is {life.status} already")
         subject = claims.subject if claims is not None else "anonymous"
         event = ev.JobCancelled(
@@ -224,13 +351,43 @@ class JobsApi:
         return json_response({"job_id": job_id, "state": "cancelling"}, 202)
 
 
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    value = query.get(name, "false")
+    if value not in ("true", "false"):
+        raise ApiError(422, "invalid_request", f"{name} must be true or false")
+    return value == "true"
+
+
+def _number(query: Mapping[str, str], name: str) -> float | None:
+    if name not in query:
+        return None
+    try:
+        value = float(query[name])
+    except ValueError:
+        raise ApiError(422, "invalid_request", f"{name} must be a number of seconds") from None
+    if not 0 <= value <= 1e11:
+        raise ApiError(422, "invalid_request", f"{name} is out of range")
+    return value
+
+
 def register(app: web.Application, ctx: GatewayContext) -> JobsApi:
     """Add the job API's routes to the gateway's app."""
     api = JobsApi(ctx)
     limit = ctx.config.max_body_bytes
 
+    async def admit_queued() -> None:
+        while True:
+            await asyncio.sleep(ctx.settings.admission.queue_check_s)
+            try:
+                await api.admit_due()
+            except ApiError as exc:  # the broker did not take it: the next pass retries
+                log.info("queued jobs not admitted now: %s", exc.detail)
+
     async def readers(_app: web.Application) -> AsyncIterator[None]:
+        queue = asyncio.create_task(admit_queued())
         yield
+        queue.cancel()
+        await asyncio.gather(queue, return_exceptions=True)
         api.readers.shutdown(wait=False, cancel_futures=True)
 
     app.cleanup_ctx.append(readers)
@@ -240,7 +397,8 @@ def register(app: web.Application, ctx: GatewayContext) -> JobsApi:
             result = await run()
         except ApiError as exc:
             retry = 1 if exc.status == 429 else None
-            return json_response({"error": exc.error, "detail": exc.detail}, exc.status, retry)
+            body = {"error": exc.error, "detail": exc.detail, **exc.extra}
+            return json_response(body, exc.status, retry)
         except AuthError as exc:
             return refused(ctx.stats, exc)
         return result if isinstance(result, web.Response) else json_response(result)
@@ -261,7 +419,7 @@ def register(app: web.Application, ctx: GatewayContext) -> JobsApi:
             # The token first (signature, expiry, revocation, kind): no body is read or
             # parsed for a caller who may not submit; its scope needs the spec's job id.
             claims = api._claims(request, "job")
-            return await api.submit(claims, await read_body(request))
+            return await api.submit(claims, await read_body(request), request.query)
 
         return await answer(run)
 

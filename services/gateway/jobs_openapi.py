@@ -52,7 +52,16 @@ def job_schemas() -> dict[str, Json]:
         "properties": {
             "job_id": {"type": "string"},
             "state": {
-                "enum": ["submitted", "running", "finished", "failed", "cancelled", "expired"]
+                "enum": [
+                    "queued",
+                    "refused",
+                    "submitted",
+                    "running",
+                    "finished",
+                    "failed",
+                    "cancelled",
+                    "expired",
+                ]
             },
             "round": {"type": "integer", "description": "k of `round k of n`"},
             "rounds": {"type": ["integer", "null"], "description": "n"},
@@ -76,6 +85,20 @@ def job_schemas() -> dict[str, Json]:
                 "description": "Why the job does not progress now (null: it does, or ended).",
             },
             "jct_s": nullable_number,
+            "estimated_finish": {
+                "type": ["number", "null"],
+                "description": "The scheduler's completion estimate (seconds, the epoch).",
+            },
+            "estimated_remaining_s": nullable_number,
+            "estimate_state": {
+                "enum": [None, "estimated", "never"],
+                "description": "never: it cannot finish at the current supply; null: no "
+                "estimate (ended, or no fresh snapshot holds it).",
+            },
+            "admission": {
+                "type": ["object", "null"],
+                "description": "The latest admission decision: decision, reason, estimate.",
+            },
         },
     }
     return {
@@ -96,6 +119,13 @@ def job_schemas() -> dict[str, Json]:
                 "token": {"type": ["string", "null"], "description": "A job token: this job only"},
                 "created": {"type": "boolean"},
                 "coordinator": {"type": "string"},
+                "state": {"const": "queued", "description": "Only when queued (202)."},
+                "detail": {"type": "string", "description": "Why it was queued (202)."},
+                "estimated_finish": {"type": ["number", "null"]},
+                "warning": {
+                    "type": ["string", "null"],
+                    "description": "Admitted although its estimate misses finish_by.",
+                },
             },
         },
         "Cancelling": {
@@ -152,7 +182,13 @@ def add_job_api(doc: Json, auth: bool) -> None:
         "200": _ok("The same submission again (same submit_token)", "Submitted"),
         "400": _error("Not JSON or YAML, or not a mapping (`malformed_spec`)."),
         "408": _error("The body did not arrive in time (`timeout`)."),
-        "409": _error("A job with this id exists (`job_exists`)."),
+        "202": _ok("Queued (`?queue=true`): admitted in order as limits allow", "Submitted"),
+        "409": _error(
+            "A job with this id exists (`job_exists`), or admission refused it: "
+            "`no_eligible_supply`, `too_little_supply`, `running_jobs_limit`, "
+            "`open_demand_limit` (with `counts`), `finish_by_missed` (with "
+            "`estimated_finish`)."
+        ),
         "413": _error("The body is too large (`too_large`)."),
         "422": _error("A field missing, unknown, of the wrong type or out of range."),
         "429": NOT_READY,
@@ -168,6 +204,30 @@ def add_job_api(doc: Json, auth: bool) -> None:
             "submit_job",
             owner,
             submit_responses,
+            parameters=[
+                {
+                    "name": "queue",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"enum": ["true", "false"]},
+                    "description": "Queue the job rather than refuse it for a limit or supply.",
+                },
+                {
+                    "name": "accept_late",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"enum": ["true", "false"]},
+                    "description": "Admit it with a warning if its estimate misses finish_by.",
+                },
+                {
+                    "name": "finish_by",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "number", "minimum": 0, "maximum": 1e11},
+                    "description": "When it must be done (seconds, the epoch; overrides the "
+                    "spec's finish_by).",
+                },
+            ],
             requestBody={
                 "required": True,
                 "content": {

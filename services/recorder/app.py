@@ -47,6 +47,7 @@ from venn.broker.topics import ensure_topics
 from venn.events import (
     ALLOWED_ON,
     Event,
+    JobAdmission,
     JobCancelled,
     JobExpired,
     JobFinished,
@@ -59,7 +60,15 @@ from venn.settings import Settings
 
 log = logging.getLogger("venn.recorder")
 
-AUDITED = (RoundClosed, RoundRequested, JobRegistered, JobFinished, JobCancelled, JobExpired)
+AUDITED = (
+    RoundClosed,
+    RoundRequested,
+    JobRegistered,
+    JobFinished,
+    JobCancelled,
+    JobExpired,
+    JobAdmission,
+)
 
 
 @dataclass(frozen=True, slots=True)

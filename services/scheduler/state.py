@@ -48,6 +48,7 @@ from services.scheduler.rows import (
     decode_round_row,
 )
 from services.scheduler.sent import SentBatches
+from services.scheduler.status import Estimates
 from services.scheduler.store import Row, SchedulerStore
 from services.scheduler.tables import readable
 from venn import events as ev
@@ -58,7 +59,7 @@ from venn.core.capacity import proxies_of, proxy_of
 from venn.core.model import JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
-from venn.core.supply import SlotCounts
+from venn.core.supply import AttributeMix, SlotCounts
 from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,10 @@ class SchedulerState:
         self.sent = SentBatches()
         self.loaded = False
         self.supply_reports = 0
+        self.mix = AttributeMix()
+        """The attribute sets of the recent check-ins, for admission (`venn.core.admission`)."""
+        self.estimates = Estimates()
+        """The completion estimates of its snapshots (`services.scheduler.status`)."""
 
     def _new_core(self) -> Scheduler:
         # Supply comes as counts: gateways report what they receive (most of which they
@@ -129,6 +134,8 @@ class SchedulerState:
         counts = np.array([c.count for c in event.counts], dtype=np.float64)
         core.observe_report(event.gateway, slots, counts, event.interval_s, now)
         self.supply_reports += 1
+        for c in event.counts:
+            self.mix.observe(c.attrs, c.count)
 
     def _count_direct(self, slots: np.ndarray, now: float) -> None:
         """Check-ins no gateway counted (produced straight to Kafka, or an older gateway's)."""
@@ -272,6 +279,8 @@ class SchedulerState:
     # -- venn.jobs ---------------------------------------------------------------------
     def on_job_event(self, event: ev.Event, partition: int, now: float) -> None:
         """A job event the agent admitted (its token checked: `venn.broker.stream.authorized`)."""
+        if isinstance(event, ev.JobAdmission):
+            return None  # the job API's decision; an admitted job comes as its registration
         self._heard_of(event, now)
         if isinstance(event, ev.JobHeartbeat):
             self._known(event.job_id)
@@ -412,6 +421,7 @@ class SchedulerState:
         slot = self.core.slot_of(event.attrs)
         if not event.counted:
             self._count_direct(np.array([slot]), now)
+            self.mix.observe(event.attrs)
         if event.observe_only:
             return None
         tier = self.core.tier_of(proxy_of(event.speed_ms_per_sample, event.bandwidth_kbps))
@@ -476,6 +486,8 @@ class SchedulerState:
         uncounted = fresh & ~cols.counted
         if uncounted.any():
             self._count_direct(slots[uncounted], now)
+            for i in np.flatnonzero(uncounted).tolist():
+                self.mix.observe(cols.attrs[cols.attr_keys[i]])
         deciding = np.flatnonzero(fresh & ~cols.observe_only)
         picks = np.full(n, -1, dtype=np.int64)
         if len(deciding):

@@ -28,6 +28,7 @@ from venn.events import (
     DeviceResult,
     Event,
     InvalidEvent,
+    JobAdmission,
     JobCancelled,
     JobExpired,
     JobFinished,
@@ -129,6 +130,19 @@ SAMPLES[DeviceEnrolled] = DeviceEnrolled(
 SAMPLES[JobHeartbeat] = JobHeartbeat(event_id="hb1", time=8.0, job_id="j1")
 SAMPLES[JobExpired] = JobExpired(
     event_id="exp1", time=9.0, job_id="j1", last_seen=1.0, reason="silent"
+)
+SAMPLES[JobAdmission] = JobAdmission(
+    event_id="adm1",
+    time=9.5,
+    job_id="j2",
+    decision="queued",
+    reason="running_jobs_limit: 4 jobs running, the limit is 4",
+    requirement={"ram": 2.0},
+    demand=10,
+    rounds=5,
+    deadline_s=300.0,
+    workload_s=20.0,
+    owner="team-a",
 )
 SAMPLES[CheckinsDeclined] = CheckinsDeclined(
     event_id="dec1", time=2.2, reply_to="gw-1", checkin_ids=["c1"]

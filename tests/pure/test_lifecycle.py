@@ -100,3 +100,24 @@ def test_a_book_keeps_jobs_apart() -> None:
         book.apply(ev.CheckinsDeclined(event_id="d", time=1, reply_to="g", checkin_ids=[]))
         == Applied.IGNORED
     )
+
+
+def test_admission_decisions_in_a_jobs_life() -> None:
+    def admission(decision: Literal["admitted", "queued", "refused"], n: int) -> ev.JobAdmission:
+        return ev.JobAdmission(
+            event_id=f"adm{n}", time=float(n), job_id="q", decision=decision, reason="r"
+        )
+
+    life = JobLife("q")
+    life.apply(admission("refused", 1))
+    assert life.status == "refused" and not life.waiting_admission
+    life.apply(admission("queued", 2))
+    assert life.status == "queued" and life.waiting_admission
+    assert life.apply(admission("queued", 2)) is Applied.REPLAY
+    life.apply(admission("admitted", 3))
+    life.apply(ev.JobRegistered(event_id="reg", time=3.0, job_id="q", requirement={},
+                                demand=1, rounds=1, deadline_s=10.0, workload_s=1.0))  # fmt: skip
+    assert life.status == "submitted" and not life.waiting_admission
+    assert life.queued is not None and life.queued.event_id == "adm2"
+    # A later submission refused under the registered id changes nothing.
+    assert life.apply(admission("refused", 4)) is Applied.STALE

@@ -15,6 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from venn.audit.models import JobAudit, JobHistory, RoundAudit
 from venn.events import (
     Event,
+    JobAdmission,
     JobCancelled,
     JobExpired,
     JobFinished,
@@ -170,6 +171,10 @@ def history_row(event: Event) -> dict[str, Any] | None:
         kind, detail = "cancelled", event.reason
     elif isinstance(event, JobExpired):
         kind, detail = "expired", event.reason
+    elif isinstance(event, JobAdmission):
+        kind, detail = event.decision, event.reason
+        if event.estimate is not None:
+            detail = f"{detail}; estimated completion at {event.estimate:.0f}"
     else:
         return None
     return {

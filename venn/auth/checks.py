@@ -3,7 +3,7 @@ venn.rounds (the scheduler, the recorder, the gateway's views, a coordinator's r
 
 - a job owner's event (register, round request, heartbeat, cancel, close, finish) needs a
   token of kind ``job`` that names its job (or an ``admin`` token); Venn's own (an
-  expiry) needs an ``admin`` token;
+  expiry, an admission decision) needs an ``admin`` token;
 - the token is judged at the time the event was produced, not when it is read: signed
   with the deployment's secret, unexpired and unrevoked *then*. A consumer that was down
   or lags, and a replay from offset 0, so reach the verdict a reader at the time did.
@@ -29,7 +29,7 @@ JOB_EVENTS = (
     ev.RoundClosed,
     ev.JobFinished,
 )
-OPERATOR_EVENTS = (ev.JobExpired,)
+OPERATOR_EVENTS = (ev.JobExpired, ev.JobAdmission)
 """Decided by Venn itself, not by the job's owner: an operator's (admin) token."""
 CHECKED = (*JOB_EVENTS, *OPERATOR_EVENTS)
 """Every event this rule applies to; any other passes."""

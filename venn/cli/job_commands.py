@@ -44,6 +44,24 @@ def _print_json(payload: Any) -> None:
     typer.echo(json.dumps(payload, indent=2, sort_keys=True))
 
 
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d}" if hours < 48 else f"{hours / 24:.1f} d"
+
+
+def _estimate(job: dict[str, Any]) -> str:
+    """When the job is estimated to finish, from now ("-": ended or no estimate)."""
+    if job.get("state") not in ("submitted", "running"):
+        return "-"
+    remaining = job.get("estimated_remaining_s")
+    if remaining is None:
+        return "never at this supply" if job.get("estimate_state") == "never" else "-"
+    return f"in {_duration(remaining)}"
+
+
 def _job_line(job: dict[str, Any]) -> list[str]:
     open_round = job.get("open_round") or {}
     met = f"{open_round.get('assigned', 0)}/{open_round.get('demand')}" if open_round else "-"
@@ -55,6 +73,7 @@ def _job_line(job: dict[str, Any]) -> list[str]:
         f"{job.get('sched_delay_s', 0):.1f}",
         f"{job.get('response_time_s', 0):.1f}",
         str(job.get("waiting") or "-"),
+        _estimate(job),
     ]
 
 
@@ -66,7 +85,7 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
         Column("job", no_wrap=True, min_width=widest),
         Column("state", no_wrap=True),
         Column("round", no_wrap=True),
-        "demand met", "sched delay s", "response s", "waits",
+        "demand met", "sched delay s", "response s", "waits", "finishes",
     )  # fmt: skip
     for job in jobs:
         table.add_row(*_job_line(job))
@@ -79,20 +98,41 @@ def _job_detail(job: dict[str, Any]) -> Table:
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
     line = dict(zip(("job", "state", "round", "demand met", "sched delay s", "response s",
-                     "waits"), _job_line(job), strict=True))  # fmt: skip
+                     "waits", "finishes"), _job_line(job), strict=True))  # fmt: skip
     requirement = job.get("requirement") or {}
     line["requirement"] = ", ".join(f"{k}>={v:g}" for k, v in requirement.items()) or "any"
     line["deadline s"] = str(job.get("deadline_s"))
     if job.get("jct_s") is not None:
         line["jct s"] = f"{job['jct_s']:.1f}"
+    admission = job.get("admission")
+    if admission:
+        line["admission"] = f"{admission['decision']}: {admission['reason']}"
     for name, value in line.items():
         table.add_row(name, value)
     return table
 
 
 @app.command()
-def submit(file: Path, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
-    """Submit the job in FILE (YAML or JSON: requirement, demand, rounds, deadline_s)."""
+def submit(
+    file: Path,
+    queue: Annotated[
+        bool, typer.Option("--queue", help="Wait in the queue rather than be refused.")
+    ] = False,
+    finish_within: Annotated[
+        float | None,
+        typer.Option(help="Refuse it unless it is estimated to finish within SECONDS."),
+    ] = None,
+    accept_late: Annotated[
+        bool,
+        typer.Option("--accept-late", help="Admit it with a warning if it would finish late."),
+    ] = False,
+    url: Url = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Submit the job in FILE (YAML or JSON: requirement, demand, rounds, deadline_s,
+    optional finish_by). Refused (exit 2) with the reason and its counts when admission
+    says no; --queue waits for admission instead."""
     try:
         body = file.read_bytes()
         parse_job_spec(body)  # a malformed file is refused here, before any request
@@ -102,12 +142,26 @@ def submit(file: Path, url: Url = None, token: Token = None, as_json: AsJson = F
     except JobSpecError as exc:
         typer.echo(f"error: malformed job file {file}: {exc.detail}", err=True)
         raise typer.Exit(2) from None
+    params = {"queue": queue, "accept_late": accept_late}
+    query = "&".join(f"{k}=true" for k, v in params.items() if v)
+    if finish_within is not None:
+        query += f"{'&' if query else ''}finish_by={time.time() + finish_within:.0f}"
+    path = "/v1/jobs" + (f"?{query}" if query else "")
     with _spinner("submitting", as_json):
-        answer = _call(lambda c: c.request("POST", "/v1/jobs", body), url, token)
+        answer = _call(lambda c: c.request("POST", path, body), url, token)
     if as_json:
         _print_json(answer)
         return
-    typer.echo(f"job {answer['job_id']} {'submitted' if answer['created'] else 'already there'}")
+    if answer.get("state") == "queued":
+        typer.echo(f"job {answer['job_id']} queued: {answer['detail']}")
+    else:
+        said = "submitted" if answer["created"] else "already there"
+        typer.echo(f"job {answer['job_id']} {said}")
+    if answer.get("estimated_finish") is not None:
+        remaining = max(0.0, answer["estimated_finish"] - time.time())
+        typer.echo(f"estimated to finish in {_duration(remaining)}")
+    if answer.get("warning"):
+        typer.echo(f"warning: {answer['warning']}")
     if answer.get("token"):
         typer.echo(f"job token: {answer['token']}")
     typer.echo(answer["coordinator"])
@@ -147,12 +201,12 @@ def status(
                 progress.update(
                     bar, completed=job["rounds_done"], info=f"{job['state']}, waits: {waits}"
                 )
-                if job["state"] not in ("submitted", "running"):
+                if job["state"] not in ("queued", "submitted", "running"):
                     break
                 time.sleep(interval)
                 job = _call(lambda c: c.request("GET", path), url, token)
     elif watch:
-        while job["state"] in ("submitted", "running"):
+        while job["state"] in ("queued", "submitted", "running"):
             time.sleep(interval)
             job = _call(lambda c: c.request("GET", path), url, token)
     if as_json:

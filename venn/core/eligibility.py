@@ -132,6 +132,10 @@ class EligibilityIndex:
     def num_slots(self) -> int:
         return len(self._slot_attrs)
 
+    def attrs_of(self, slot: int) -> Mapping[str, float]:
+        """The attributes a slot stands for (a projection, in the pipeline's case)."""
+        return self._slot_attrs[slot]
+
     @property
     def matrix(self) -> np.ndarray:
         """Boolean [slots, groups] eligibility."""

@@ -24,8 +24,12 @@ from venn.core.round_cursor import Applied, RoundCursor
 
 __all__ = ["Applied", "Attempt", "JobBook", "JobLife", "JobStatus"]
 
-JobStatus = Literal["submitted", "running", "finished", "failed", "cancelled", "expired"]
-"""submitted: registered, no round yet; running: a round requested; finished: its rounds
+JobStatus = Literal[
+    "queued", "refused", "submitted", "running", "finished", "failed", "cancelled", "expired"
+]
+"""queued: submitted and held by admission until a limit or the supply allows it;
+refused: its last submission was refused (not registered); submitted: registered, no
+round yet; running: a round requested; finished: its rounds
 done; failed: finished with fewer successful rounds than asked (its coordinator gave up);
 cancelled: by its owner; expired: dropped by the scheduler after its coordinator fell
 silent."""
@@ -53,6 +57,10 @@ class JobLife:
     rounds: RoundCursor = field(default_factory=RoundCursor)
     last_seen: float = 0.0
     """Time of the latest event of the job (its coordinator's last sign of life)."""
+    admission: ev.JobAdmission | None = None
+    """The latest admission decision on a submission of the job id."""
+    queued: ev.JobAdmission | None = None
+    """The decision that queued it, while it waits (its spec), kept once it is admitted."""
 
     # -- the fold ----------------------------------------------------------------------
     def apply(self, event: ev.Event) -> Applied:
@@ -62,6 +70,8 @@ class JobLife:
             self.last_seen = max(self.last_seen, event.time)
         if isinstance(event, ev.JobHeartbeat):
             return Applied.STALE if self.ended else Applied.CHANGED
+        if isinstance(event, ev.JobAdmission):
+            return self._admit(event)
         if isinstance(event, ev.JobRegistered):
             if self.registered is not None:
                 return Applied.REPLAY
@@ -83,6 +93,27 @@ class JobLife:
                 self.expired = event
             return Applied.CHANGED
         return Applied.IGNORED
+
+    def _admit(self, event: ev.JobAdmission) -> Applied:
+        if self.admission == event:
+            return Applied.REPLAY
+        if self.registered is not None and event.decision != "admitted":
+            return Applied.STALE  # a decision on a submission after the one registered
+        self.admission = event
+        if event.decision == "queued" and self.queued is None:
+            self.queued = event
+        return Applied.CHANGED
+
+    @property
+    def waiting_admission(self) -> bool:
+        """Queued and neither registered nor cancelled yet."""
+        return (
+            self.queued is not None
+            and self.registered is None
+            and self.cancelled is None
+            and self.admission is not None
+            and self.admission.decision == "queued"
+        )
 
     def _request(self, event: ev.RoundRequested) -> Applied:
         applied = self.rounds.request(event.round_index)
@@ -118,6 +149,8 @@ class JobLife:
             return "cancelled"
         if self.expired is not None:
             return "expired"
+        if self.registered is None and self.admission is not None:
+            return "refused" if self.admission.decision == "refused" else "queued"
         return "running" if self.attempts else "submitted"
 
     @property

@@ -15,13 +15,17 @@ Pure: built from a core `Scheduler` and its current dispatch table; no I/O, no c
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Literal
 
 import msgspec
 import numpy as np
 
 from venn.core.dispatch import DispatchTable
+from venn.core.estimate import completion_times, job_loads, supply_view
 from venn.core.scheduler import Scheduler
+from venn.core.supply import AttributeMix
 from venn.events import InvalidEvent
 
 WaitReason = Literal["no_eligible_supply", "group_starved", "outranked"]
@@ -56,6 +60,24 @@ class JobPlacement(msgspec.Struct, frozen=True):
     remaining: int
     served: bool
     """Listed on some row of the dispatch table: the next eligible device may go to it."""
+    estimated_finish: float | None = None
+    """When the completion estimate (`venn.core.estimate`) says the job ends; None: it
+    cannot end at the current supply (or the snapshot predates estimates)."""
+    work: float = 0.0
+    """Devices still to assign over the job's life (the estimate's input, as the
+    ``latency_s`` below: what a gateway needs to estimate a job submitted next)."""
+    latency_s: float = 0.0
+    """The round latency (fill to close) the estimate uses for the job."""
+    demand: int = 0
+    needed: int = 0
+    deadline_s: float = 0.0
+
+
+class SlotSupply(msgspec.Struct, frozen=True):
+    """Check-ins of the supply window from devices with these (projected) attributes."""
+
+    attrs: dict[str, float]
+    checkins: int
 
 
 class SchedulerStatus(msgspec.Struct, frozen=True, tag="scheduler_status"):
@@ -70,6 +92,9 @@ class SchedulerStatus(msgspec.Struct, frozen=True, tag="scheduler_status"):
     device_groups: list[DeviceGroup]
     job_groups: list[JobGroup]
     jobs: list[JobPlacement]
+    supply_mix: list[SlotSupply] = []
+    """The window's check-ins by attribute set: what admission judges a new requirement
+    against."""
 
     def job(self, job_id: str) -> JobPlacement | None:
         return next((j for j in self.jobs if j.job_id == job_id), None)
@@ -93,10 +118,18 @@ def _served_by_row(table: DispatchTable | None) -> list[set[int]]:
 
 
 def scheduler_status(
-    core: Scheduler, table: DispatchTable | None, now: float, worker: str, policy: str
+    core: Scheduler,
+    table: DispatchTable | None,
+    now: float,
+    worker: str,
+    policy: str,
+    mix: AttributeMix | None = None,
+    estimates: Mapping[str, float] | None = None,
 ) -> SchedulerStatus:
     """The snapshot of ``core`` with ``table``, its current dispatch table (None: no job is
-    counted as served)."""
+    counted as served). The supply mix is ``mix``'s, the attribute sets devices reported;
+    without it, the core's slots' (a device profile each in the simulator). ``estimates``:
+    each job's completion estimate if the caller has them (None: made here)."""
     index = core.index
     sig_matrix = index.signature_matrix  # [signatures, groups]
     num_sigs, num_groups = int(sig_matrix.shape[0]), index.num_groups
@@ -123,15 +156,40 @@ def scheduler_status(
     ]
     open_by_group: dict[int, list[str]] = {}
     placements = []
+    loads = {load.job_id: load for load in job_loads(core)}
+    if estimates is None:
+        estimates = completion_times(supply_view(core), list(loads.values()), now)
     for js in core.jobs.values():
         if js.finished:
             continue
         open_round = js.round_open and js.remaining > 0
         if open_round:
             open_by_group.setdefault(js.group, []).append(js.spec.job_id)
+        load = loads[js.spec.job_id]
+        end = estimates.get(js.spec.job_id, math.inf)
         placements.append(
-            JobPlacement(js.spec.job_id, js.group, open_round, js.remaining, js.idx in served)
+            JobPlacement(
+                js.spec.job_id,
+                js.group,
+                open_round,
+                js.remaining,
+                js.idx in served,
+                estimated_finish=round(end, 3) if math.isfinite(end) else None,
+                work=load.work,
+                latency_s=round(load.latency_s, 3),
+                demand=load.demand,
+                needed=load.needed,
+                deadline_s=load.deadline_s,
+            )
         )
+    if mix is not None:
+        supply_mix = [SlotSupply(attrs, n) for attrs, n in mix.counts()]
+    else:
+        slot_counts = core.supply.slot_counts(index.num_slots)
+        supply_mix = [
+            SlotSupply(dict(index.attrs_of(slot)), round(float(slot_counts[slot])))
+            for slot in np.flatnonzero(slot_counts > 0).tolist()
+        ]
     job_groups = []
     for g in range(num_groups):
         eligible = sig_matrix[:, g] if num_sigs else np.zeros(0, dtype=bool)
@@ -156,6 +214,7 @@ def scheduler_status(
         device_groups=device_groups,
         job_groups=job_groups,
         jobs=placements,
+        supply_mix=supply_mix,
     )
 
 

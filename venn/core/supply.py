@@ -8,6 +8,7 @@ this window is the same idea with a ring buffer, fed one check-in or a batch at 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -171,3 +172,35 @@ class _Report(NamedTuple):
 
 Supply = SupplyWindow | ReportedSupply
 """Where a scheduler's supply mix comes from: the check-ins it reads, or gateways' reports."""
+
+
+class AttributeMix:
+    """The attribute sets of the most recent check-ins, as devices reported them: what a
+    new requirement is judged against (the scheduler's slots keep only projections onto the
+    thresholds of the jobs it has seen, which say nothing of an attribute no job tested).
+    Holds the most recent counts that together hold at least ``window`` check-ins, so at
+    most ``window`` distinct sets plus one report's."""
+
+    def __init__(self, window: int = 1000) -> None:
+        if window < 1:
+            raise ValueError("window must be >= 1")
+        self.window = window
+        self._entries: deque[tuple[tuple[tuple[str, float], ...], int]] = deque()
+        self._held = 0
+
+    def observe(self, attrs: Mapping[str, float], count: int = 1) -> None:
+        """Add ``count`` check-ins of one attribute set."""
+        if count <= 0:
+            return
+        self._entries.append((tuple(sorted(attrs.items())), count))
+        self._held += count
+        entries = self._entries
+        while len(entries) > 1 and self._held - entries[0][1] >= self.window:
+            self._held -= entries.popleft()[1]
+
+    def counts(self) -> list[tuple[dict[str, float], int]]:
+        """Each attribute set held and its check-ins."""
+        merged: dict[tuple[tuple[str, float], ...], int] = {}
+        for key, n in self._entries:
+            merged[key] = merged.get(key, 0) + n
+        return [(dict(key), n) for key, n in merged.items()]

@@ -101,11 +101,13 @@ class Simulation:
         profiles: DeviceProfiles,
         config: SimConfig,
         tiers: TierModel | None = None,
+        on_arrival: Callable[[Scheduler, str, float], None] | None = None,
     ) -> None:
         if config.policy not in POLICIES:
             raise ValueError(f"unknown policy {config.policy!r}")
         self.config = config
         self.source = source
+        self.on_arrival = on_arrival  # called with a job registered and its round open
         self.sched: Scheduler = make_scheduler(
             config.policy,
             seed=config.seed,
@@ -164,6 +166,8 @@ class Simulation:
                 self._workload_a[idx] = spec.workload_s
                 self._needed_a[idx] = spec.results_needed
                 self._request(job_id, t)
+                if self.on_arrival is not None:
+                    self.on_arrival(self.sched, job_id, t)
             elif kind == _REQUEST:
                 self._request(job_id, t)
             else:

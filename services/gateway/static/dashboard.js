@@ -138,6 +138,16 @@ function fill(tbody, rows, build) {
   tbody.replaceWith(fresh);
 }
 
+// The scheduler's completion estimate, from now (venn/core/estimate.py).
+function finishes(j) {
+  if (j.estimate_state === "never") return "not at this supply";
+  if (j.estimated_remaining_s === null || j.estimated_remaining_s === undefined) return null;
+  const s = j.estimated_remaining_s;
+  if (s < 3600) return `in ${Math.round(s / 60)} min`;
+  if (s < 172800) return `in ${(s / 3600).toFixed(1)} h`;
+  return `in ${(s / 86400).toFixed(1)} d`;
+}
+
 function renderJobs(jobs) {
   fill(document.querySelector("#jobs tbody"), jobs, (row, j) => {
     row.dataset.jobId = j.job_id;
@@ -160,6 +170,7 @@ function renderJobs(jobs) {
     const open = j.open_round;
     cell(row, open ? `${Math.min(open.assigned, open.demand)} / ${open.demand}` : null, "num");
     cell(row, j.waiting ? j.waiting.replaceAll("_", " ") : null);
+    cell(row, finishes(j), "num finishes");
     cell(row, fmt(j.sched_delay_s), "num");
     cell(row, fmt(j.elapsed_s), "num");
     cell(row, fmt(j.jct_s), "num jct");

@@ -1,0 +1,117 @@
+"""Admission on the job API (`venn.core.admission` over the gateway's views): the load of
+the admitted jobs from the lifecycle fold, the supply and the estimate from the scheduler's
+latest snapshot on venn.status; and which queued jobs are due for admission.
+
+Every gateway with the jobs principal looks at the queue every VENN_ADMISSION_QUEUE_CHECK_S
+and admits what is due with event ids made from the queued decision, so two gateways that
+admit the same job publish the same events (the fold, the scheduler and the recorder each
+take them once).
+"""
+
+from __future__ import annotations
+
+from services.gateway.demand import DemandView
+from venn import events as ev
+from venn.core.admission import (
+    Decision,
+    Limits,
+    Load,
+    Request,
+    decide,
+    estimate_submission,
+    next_admissions,
+    supply_seen,
+)
+from venn.core.lifecycle import JobLife
+from venn.core.model import JobSpec, Requirement
+from venn.core.status import SchedulerStatus
+from venn.jobspec import JobSubmission
+from venn.settings import AdmissionSettings
+
+STATUS_FRESH_S = 15.0
+"""An older snapshot judges no supply and makes no estimate."""
+
+
+def limits_of(settings: AdmissionSettings) -> Limits:
+    return Limits(settings.max_running_jobs, settings.max_open_demand, settings.min_checkins)
+
+
+def _needed(demand: int) -> int:
+    return JobSpec("x", Requirement(), demand, 1, 1.0).results_needed
+
+
+def request_of(
+    spec: JobSubmission, job_id: str, finish_by: float | None, queue: bool, accept_late: bool
+) -> Request:
+    return Request(
+        job_id,
+        Requirement.of(spec.requirement),
+        spec.demand,
+        _needed(spec.demand),
+        spec.rounds,
+        spec.deadline_s,
+        spec.workload_s,
+        finish_by if finish_by is not None else spec.finish_by,
+        queue,
+        accept_late,
+    )
+
+
+def queued_request(event: ev.JobAdmission) -> Request | None:
+    """The submission a queued decision holds (None: it holds none)."""
+    if event.requirement is None or event.demand is None or event.rounds is None:
+        return None
+    if event.deadline_s is None:
+        return None
+    return Request(
+        event.job_id,
+        Requirement.of(event.requirement),
+        event.demand,
+        _needed(event.demand),
+        event.rounds,
+        event.deadline_s,
+        event.workload_s or 0.0,
+        queue=True,
+    )
+
+
+def load_of(view: DemandView) -> Load:
+    """The admitted jobs that have not ended, and their demands per round."""
+    running = [
+        life.registered
+        for life in view.book.jobs.values()
+        if life.registered is not None and not life.ended
+    ]
+    return Load(len(running), sum(reg.demand for reg in running if reg is not None))
+
+
+def fresh(status: SchedulerStatus | None, now: float) -> SchedulerStatus | None:
+    return status if status is not None and now - status.time <= STATUS_FRESH_S else None
+
+
+def judge(
+    req: Request, view: DemandView, status: SchedulerStatus | None, limits: Limits, now: float
+) -> Decision:
+    """The decision on a new submission."""
+    status = fresh(status, now)
+    seen = supply_seen(status, req.requirement)
+    estimate = None if status is None else (lambda: estimate_submission(status, req))
+    return decide(req, load_of(view), seen, limits, estimate)
+
+
+def due(
+    view: DemandView, status: SchedulerStatus | None, limits: Limits, now: float
+) -> list[tuple[JobLife, Request]]:
+    """The queued jobs to admit now, in the order they were queued."""
+    status = fresh(status, now)
+    waiting = [life for life in view.book.jobs.values() if life.waiting_admission]
+    waiting.sort(key=lambda life: (life.queued.time if life.queued else 0.0, life.job_id))
+    pairs = [(life, queued_request(life.queued)) for life in waiting if life.queued is not None]
+    requests = {r.job_id: life for life, r in pairs if r is not None}
+    chosen = next_admissions(
+        [r for _, r in pairs if r is not None],
+        load_of(view),
+        lambda requirement: supply_seen(status, requirement),
+        limits,
+    )
+    return [(requests[r.job_id], r) for r in chosen]

@@ -1,0 +1,133 @@
+"""Admission decisions (``venn.core.admission``) on a real scheduler's snapshot."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from venn.core.admission import (
+    Limits,
+    Load,
+    Request,
+    SupplySeen,
+    decide,
+    estimate_submission,
+    next_admissions,
+    supply_seen,
+)
+from venn.core.model import JobSpec, Requirement
+from venn.core.registry import make_scheduler
+from venn.core.status import SchedulerStatus, scheduler_status
+from venn.core.supply import AttributeMix
+
+
+def snapshot(checkins: int = 1000, running: int = 0) -> SchedulerStatus:
+    """A scheduler that saw ``checkins`` check-ins a second apart, a quarter of them from
+    devices with ram 4 (the rest ram 1), running ``running`` jobs needing ram >= 2."""
+    core = make_scheduler("venn", track_devices=False)
+    for i in range(running):
+        spec = JobSpec(f"r{i}", Requirement.of(ram=2.0), 10, 20, 300.0, workload_s=20.0)
+        core.add_job(spec, 0.0)
+        core.request_round(spec.job_id, 0, 0.0)
+    mix = AttributeMix()
+    attrs = [{"ram": 4.0 if i % 4 == 0 else 1.0} for i in range(checkins)]
+    for a in attrs:
+        mix.observe(a)
+    slots = np.array([core.index.slot_for_attrs(a) for a in attrs])
+    core.observe_many(slots, np.arange(checkins, dtype=np.float64))
+    now = float(checkins)
+    return scheduler_status(core, core.table(now), now, "w", "venn", mix)
+
+
+def request(job_id: str = "new", ram: float = 2.0, demand: int = 10, **more: object) -> Request:
+    fields: dict = {"needed": 8, "rounds": 5, "deadline_s": 300.0, "workload_s": 20.0, **more}
+    return Request(job_id, Requirement.of(ram=ram), demand, **fields)
+
+
+LIMITS = Limits(max_running_jobs=2, max_open_demand=100, min_checkins=200)
+IDLE = Load(0, 0)
+
+
+def never() -> float | None:
+    raise AssertionError("no finish_by: no estimate is made")
+
+
+def test_a_requirement_no_device_meets_is_refused_with_the_counts() -> None:
+    status = snapshot()
+    req = request(ram=8.0)
+    d = decide(req, IDLE, supply_seen(status, req.requirement), LIMITS, never)
+    assert (d.verdict, d.reason) == ("refused", "no_eligible_supply")
+    assert d.counts["eligible_checkins"] == 0 and d.counts["window_checkins"] == 1000
+    queued = decide(request(ram=8.0, queue=True), IDLE, supply_seen(status, req.requirement),
+                    LIMITS, never)  # fmt: skip
+    assert (queued.verdict, queued.reason) == ("queued", "no_eligible_supply")
+
+
+def test_too_few_eligible_devices_for_the_demand_is_refused() -> None:
+    # 0.25 eligible check-ins a second: 75 within a 300 s deadline, 80 needed.
+    status = snapshot()
+    req = request(demand=100, needed=80)
+    d = decide(req, IDLE, supply_seen(status, req.requirement), LIMITS, never)
+    assert (d.verdict, d.reason) == ("refused", "too_little_supply")
+    assert d.counts["eligible_checkins"] == 250
+
+
+def test_nothing_is_refused_for_supply_before_enough_was_seen() -> None:
+    status = snapshot(checkins=100)
+    req = request(ram=8.0)
+    seen = supply_seen(status, req.requirement)
+    assert (seen.eligible, seen.total) == (0, 100)
+    assert decide(req, IDLE, seen, LIMITS, never).verdict == "admitted"
+
+
+def test_limits_refuse_or_queue() -> None:
+    seen = SupplySeen(500, 1000, 2.0)
+    full = decide(request(), Load(2, 20), seen, LIMITS, never)
+    assert (full.verdict, full.reason) == ("refused", "running_jobs_limit")
+    big = decide(request(demand=90, queue=True), Load(1, 20), seen, LIMITS, never)
+    assert (big.verdict, big.reason) == ("queued", "open_demand_limit")
+    assert decide(request(), Load(1, 20), seen, LIMITS, never).verdict == "admitted"
+    assert decide(request(), Load(50, 5000), seen, Limits(), never).verdict == "admitted"
+
+
+def test_finish_by_refuses_with_the_estimate_or_admits_with_a_warning() -> None:
+    status = snapshot(running=1)
+    req = request(finish_by=status.time + 10.0)
+    end = estimate_submission(status, req)
+    assert end is not None and end > status.time + 10.0
+    seen = supply_seen(status, req.requirement)
+    d = decide(req, IDLE, seen, LIMITS, lambda: end)
+    assert (d.verdict, d.reason, d.estimate) == ("refused", "finish_by_missed", end)
+    late = decide(request(finish_by=status.time + 10.0, accept_late=True), IDLE, seen, LIMITS,
+                  lambda: end)  # fmt: skip
+    assert late.verdict == "admitted" and late.warning and late.estimate == end
+    ok = decide(request(finish_by=end + 1.0), IDLE, seen, LIMITS, lambda: end)
+    assert ok.verdict == "admitted" and ok.warning is None
+
+
+def test_the_estimate_of_a_submission_counts_the_jobs_it_shares_devices_with() -> None:
+    alone = estimate_submission(snapshot(running=0), request())
+    behind = estimate_submission(snapshot(running=3), request(rounds=50))
+    small = estimate_submission(snapshot(running=3), request(rounds=1))
+    assert alone is not None and behind is not None and small is not None
+    # 5 rounds of 10 devices at 0.25/s (40 s) plus 20 s of latency each.
+    assert alone - 1000.0 == pytest.approx(5 * 60.0)
+    # A 50-round job goes after the three 20-round ones; a 1-round job before them.
+    assert behind - 1000.0 > 50 * 60.0
+    assert small - 1000.0 == pytest.approx(60.0, rel=0.2)
+
+
+def test_queued_jobs_are_admitted_in_order_as_limits_free_up() -> None:
+    seen = {2.0: SupplySeen(500, 1000, 2.0), 8.0: SupplySeen(0, 1000, 2.0)}
+    queue = [request("a"), request("b", ram=8.0), request("c", demand=60), request("d")]
+    limits = Limits(max_running_jobs=3, max_open_demand=100)
+
+    def admit(load: Load) -> list[str]:
+        return [r.job_id for r in next_admissions(queue, load, lambda q: seen[q.as_dict()["ram"]],
+                                                  limits)]  # fmt: skip
+
+    assert admit(Load(3, 30)) == []  # full
+    assert admit(Load(2, 30)) == ["a"]  # one slot: the first; b waits for supply
+    # c does not fit the open demand (40 + 10 + 60 > 100): d stays behind it.
+    assert admit(Load(0, 40)) == ["a"]
+    assert admit(Load(0, 0)) == ["a", "c", "d"]

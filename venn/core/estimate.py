@@ -1,0 +1,202 @@
+"""Completion estimates: a fluid model of the IRS plan run forward from the live state.
+
+Why a fluid model (and not a short run of the simulator): it needs only what the
+scheduler holds (the supply mix and rate of its window, each job's work left, the
+response times it measured), it costs one IRS plan per job completion, and every step is
+a rule of the real policy rather than a second simulator to keep in step with it.
+
+The model. Each unfinished job has work left ``W`` (devices still to assign: the open
+round's remaining demand plus ``demand`` per later round). Time advances in phases; a
+phase ends when some job finishes. In each phase:
+
+- the IRS plan (``venn.core.irs.irs_plan``, the policy's own function) gives each
+  signature an owner group from the signatures' supply and the groups' queues of ``W``;
+- each signature's check-in rate is offered down its preference list as the dispatch
+  table does: the owner group's jobs by ascending ``W``, then every other eligible job by
+  ascending ``W``;
+- a job offered ``r`` devices/s spends ``D / r`` filling a round and then ``L`` (its round
+  latency: fill to close) waiting for results, so it takes ``r D / (D + r L)`` and passes
+  the rest on (devices arriving while its round waits go to the next job);
+- a job whose round cannot collect its needed results before its deadline at the rate
+  it is offered (``needed / r + L > deadline``) makes no progress: it takes what it is
+  offered (its rounds fail at the deadline) until a completion frees supply for it.
+
+A job that can make no progress in a phase where nothing else finishes never completes
+at the current supply: its estimate is ``inf``. Later arrivals are unknown to the model;
+a shorter job arriving later goes ahead of a waiting one, so estimates err early under
+load (docs/results/estimate.md measures it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+from venn.core.irs import irs_plan
+from venn.core.scheduler import Scheduler
+
+
+@dataclass(frozen=True)
+class JobLoad:
+    """What the model needs of one unfinished job."""
+
+    job_id: str
+    group: int
+    work: float
+    """Devices still to assign over the job's life."""
+    demand: int
+    needed: int
+    """Results that make a round succeed."""
+    deadline_s: float
+    latency_s: float
+    """Seconds from a round's last assignment to its close (its results arriving)."""
+
+
+@dataclass(frozen=True)
+class SupplyView:
+    """The supply the model runs on: eligibility per signature and its check-in rate."""
+
+    sig_matrix: np.ndarray
+    """Boolean [signatures, groups]."""
+    counts: np.ndarray
+    """Check-ins per signature in the window (the plan's supply)."""
+    rate_per_s: float
+    """Check-ins per second of the whole window."""
+
+    def signature_rates(self) -> np.ndarray:
+        total = float(self.counts.sum())
+        if total <= 0 or self.rate_per_s <= 0:
+            return np.zeros(len(self.counts))
+        return self.rate_per_s * np.asarray(self.counts, dtype=np.float64) / total
+
+
+def _taken(offered: float, job: JobLoad) -> float:
+    """Devices per second a job takes when ``offered`` per second (its fill/wait cycle)."""
+    if offered <= 0:
+        return 0.0
+    return offered * job.demand / (job.demand + offered * job.latency_s)
+
+
+def _meets_deadline(offered: float, job: JobLoad) -> bool:
+    return offered > 0 and job.needed / offered + job.latency_s <= job.deadline_s
+
+
+def _phase_rates(
+    sig_matrix: np.ndarray,
+    sig_rates: list[float],
+    counts: np.ndarray,
+    jobs: Sequence[JobLoad],
+    work: Sequence[float],
+) -> list[float]:
+    """Each job's progress rate (devices of work per second) under this phase's plan."""
+    ordered = sorted(range(len(jobs)), key=lambda i: (work[i], jobs[i].job_id))
+    by_group: dict[int, list[int]] = {}
+    for i in ordered:
+        by_group.setdefault(jobs[i].group, []).append(i)
+    queues = {g: [work[i] for i in idx] for g, idx in by_group.items()}
+    owner = irs_plan(sig_matrix, counts, queues).tolist()
+    groups = [j.group for j in jobs]
+    offered = [0.0] * len(jobs)
+    for sig, rate in enumerate(sig_rates):
+        if rate <= 0:
+            continue
+        own = owner[sig]
+        eligible = sig_matrix[sig].tolist()
+        others = (i for i in ordered if groups[i] != own and eligible[groups[i]])
+        left = rate
+        for i in chain(by_group.get(own, ()) if own >= 0 else (), others):
+            job = jobs[i]
+            before = offered[i]
+            offered[i] = before + left
+            if _meets_deadline(before, job) or _meets_deadline(offered[i], job):
+                used = _taken(offered[i], job) - _taken(before, job)
+            else:  # its rounds fail at the deadline: it holds what it is offered
+                used = min(left, max(0.0, job.demand / job.deadline_s - before))
+            left -= used
+            if left <= 1e-12:
+                break
+    return [
+        _taken(offered[i], job) if _meets_deadline(offered[i], job) else 0.0
+        for i, job in enumerate(jobs)
+    ]
+
+
+def completion_times(supply: SupplyView, jobs: Sequence[JobLoad], now: float) -> dict[str, float]:
+    """Estimated completion time (on the caller's clock) of every job; ``inf`` for a job
+    that cannot finish at the current supply."""
+    sig_rates = supply.signature_rates().tolist()
+    counts = np.asarray(supply.counts, dtype=np.float64)
+    sig_matrix = np.asarray(supply.sig_matrix, dtype=bool)
+    out: dict[str, float] = {j.job_id: now + j.latency_s for j in jobs if j.work <= 0}
+    left = [j for j in jobs if j.work > 0]
+    work = [j.work for j in left]
+    t = now
+    while left:
+        rates = _phase_rates(sig_matrix, sig_rates, counts, left, work)
+        steps = [w / r if r > 0 else math.inf for w, r in zip(work, rates, strict=True)]
+        dt = min(steps)
+        if not math.isfinite(dt):
+            break
+        t += dt
+        kept = [i for i, s in enumerate(steps) if s > dt * (1 + 1e-9)]
+        for i, s in enumerate(steps):
+            if s <= dt * (1 + 1e-9):
+                out[left[i].job_id] = t
+        work = [work[i] - rates[i] * dt for i in kept]
+        left = [left[i] for i in kept]
+    for j in left:
+        out[j.job_id] = math.inf
+    return out
+
+
+def round_latency(response_times: Iterable[Iterable[float]]) -> float | None:
+    """The fleet's round latency (fill to close): the median of the jobs' measured ones
+    that are positive (a round that never filled records 0); None before any."""
+    values = [v for vs in response_times for v in vs if v > 0]
+    return float(np.median(values)) if values else None
+
+
+def job_loads(core: Scheduler) -> list[JobLoad]:
+    """The model's view of ``core``'s unfinished jobs. A job's round latency is its own
+    median if it measured one, else the fleet's, else its declared ``workload_s``."""
+    fleet = round_latency(js.response_times for js in core.jobs.values())
+    out = []
+    for js in core.jobs.values():
+        if js.finished:
+            continue
+        spec = js.spec
+        later = spec.rounds - js.rounds_done - (1 if js.round_open else 0)
+        work = (js.remaining if js.round_open else 0) + max(0, later) * spec.demand
+        own = round_latency([js.response_times])
+        latency = own if own is not None else fleet if fleet is not None else spec.workload_s
+        out.append(
+            JobLoad(
+                spec.job_id,
+                js.group,
+                float(work),
+                spec.demand,
+                spec.results_needed,
+                spec.deadline,
+                latency,
+            )
+        )
+    return out
+
+
+def supply_view(core: Scheduler) -> SupplyView:
+    """The supply of ``core``'s window, by signature."""
+    index = core.index
+    return SupplyView(
+        index.signature_matrix,
+        core.signature_counts()[: index.num_signatures],
+        core.supply.rate_per_s(),
+    )
+
+
+def scheduler_estimates(core: Scheduler, now: float) -> dict[str, float]:
+    """Estimated completion time of every unfinished job of ``core`` at ``now``."""
+    return completion_times(supply_view(core), job_loads(core), now)
