@@ -12,6 +12,11 @@ from venn import events as ev
 ATTRS = {"cpu_f": 9.0, "ram": 8.0, "fp16_mem": 8.0, "android_os": 12.0}
 """A device every requirement of the demo workload admits."""
 
+UNJUDGED: dict[str, Any] = {"min_checkins": 2**62}
+"""Admission settings (`Settings.with_admission`) that never judge a requirement against the
+supply: for tests of something else whose jobs name attributes no device has, on a broker
+whose scheduler has seen other tests' check-ins (tests/broker/test_admission.py judges)."""
+
 
 def _id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"

@@ -38,6 +38,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Histogram
 
 from services.gateway import dashboard, devices, jobs_api
@@ -85,6 +86,8 @@ log = logging.getLogger("venn.gateway")
 LATE_MEMORY = 200_000
 """How many answered-without-assignment check-in ids are remembered to catch late
 assignments (a few minutes of traffic at thousands of check-ins per second)."""
+START_RETRY_S = 120.0
+"""How long a starting gateway keeps trying a cluster that does not answer."""
 MIN_WAIT_S = 0.05
 """Less time than this (or half the bound) left of a check-in's bound is not worth producing
 it for: its answer would come too late."""
@@ -237,6 +240,22 @@ class Gateway:
         self._lag_task = asyncio.create_task(self._watch_lag(), name="gateway-lag")
         self.supply.since = time.time()
         self._report_task = asyncio.create_task(self._report_supply(), name="gateway-supply")
+
+    async def start_when_reachable(self, within_s: float = START_RETRY_S) -> None:
+        """`start`, again every second while the cluster does not answer (a node it asks
+        may be down: a gateway restarted as one of three Kafka nodes died exited here and
+        left its devices without an answer), for at most ``within_s``."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                await self.start()
+                return
+            except (KafkaError, OSError) as exc:
+                await self.stop()
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("Kafka not reachable at start (%r); retrying", exc)
+                await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
         await self.broker.stop()
@@ -696,7 +715,7 @@ def create_app(settings: Settings | None = None) -> web.Application:
     spec = _encode(openapi_document(gw.settings))
 
     async def kafka(_app: web.Application) -> AsyncIterator[None]:
-        await gw.start()
+        await gw.start_when_reachable()
         yield
         await gw.stop()
 

@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 
 from services.coordinator.resume import read_positions
 from services.gateway import GatewayServer
+from tests.factories import UNJUDGED
 from venn import events as ev
 from venn.auth import Tokens
 from venn.auth.tokens import GivenTokens
@@ -34,7 +35,7 @@ TOKENS = Tokens(SECRET)
 
 async def gateway(broker: str, partitions: int) -> GatewayServer:
     settings = Settings(broker=broker, topic_partitions=partitions, auth_secret=SECRET)
-    server = GatewayServer(settings.with_gateway(port=0, wait_s=1.0))
+    server = GatewayServer(settings.with_gateway(port=0, wait_s=1.0).with_admission(**UNJUDGED))
     await server.start()
     deadline = time.monotonic() + 30
     while not server.gateway.view_ready:

@@ -33,6 +33,7 @@ from services.gateway import GatewayServer
 from services.scheduler.process import start_worker, stop_worker
 from tests.broker.scheduler_bus import scheduler_env
 from tests.event_recorder import EventRecorder, Published, Recorded
+from tests.factories import UNJUDGED
 from tests.polling import until
 from venn import events as ev
 from venn.auth import Tokens
@@ -159,7 +160,7 @@ async def stack(broker: str, run_dir: Path, partitions: int) -> AsyncIterator[St
     settings = Settings(broker=broker, app_id=app_id, topic_partitions=partitions)
     tap = Tap(broker, partitions)
     await tap.start()
-    server = GatewayServer(settings.with_gateway(port=0, wait_s=WAIT_S))
+    server = GatewayServer(settings.with_gateway(port=0, wait_s=WAIT_S).with_admission(**UNJUDGED))
     await server.start()
     with open(run_dir / f"{app_id}.log", "ab") as log:
         worker = start_worker(env, log)

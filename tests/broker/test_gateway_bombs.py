@@ -25,6 +25,7 @@ import brotli
 import pytest
 
 from services.gateway import GatewayServer
+from tests.factories import UNJUDGED
 from venn.auth import Tokens
 from venn.broker.topics import ensure_topics
 from venn.settings import Settings
@@ -97,7 +98,7 @@ def bomb() -> bytes:
 async def gateway(broker: str, partitions: int) -> AsyncIterator[Gateway]:
     settings = Settings(broker=broker, topic_partitions=partitions, auth_secret=SECRET)
     await ensure_topics(broker, partitions)
-    server = GatewayServer(settings.with_gateway(port=0, wait_s=WAIT_S))
+    server = GatewayServer(settings.with_gateway(port=0, wait_s=WAIT_S).with_admission(**UNJUDGED))
     await server.start()
     deadline = time.monotonic() + 30
     while not server.gateway.view_ready:

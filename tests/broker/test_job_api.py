@@ -23,6 +23,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from services.gateway import GatewayServer
+from tests.factories import UNJUDGED
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import topics
@@ -83,7 +84,7 @@ class Api:
 async def api(broker: str, partitions: int) -> AsyncIterator[Api]:
     settings = Settings(broker=broker, topic_partitions=partitions, auth_secret=SECRET)
     await ensure_topics(broker, partitions)
-    server = GatewayServer(settings.with_gateway(port=0, wait_s=1.0))
+    server = GatewayServer(settings.with_gateway(port=0, wait_s=1.0).with_admission(**UNJUDGED))
     await server.start()
     deadline = time.monotonic() + 30
     while not server.gateway.view_ready and time.monotonic() < deadline:

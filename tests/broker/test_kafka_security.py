@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAuthorizationFailedError
 
 from services.gateway import GatewayServer
+from tests.factories import UNJUDGED
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import security, topics
@@ -208,7 +209,7 @@ async def test_the_job_api_writes_job_events_as_its_own_principal(
     headers = {"Authorization": f"Bearer {admin_token}"}
     for password, expected in (("", 503), (USERS[security.JOBS], 201)):
         # The jobs principal's password given, or none (and no run dir that has one).
-        settings = gateway_settings(secured).with_gateway(port=0)
+        settings = gateway_settings(secured).with_gateway(port=0).with_admission(**UNJUDGED)
         passwords = KafkaPasswords(jobs=password)
         settings = dataclasses.replace(settings, kafka_passwords=passwords, run_dir=str(tmp_path))
         server = GatewayServer(settings)
