@@ -72,6 +72,18 @@ class ApiError(Exception):
         self.extra = extra or {}
 
 
+def _job_fields(spec: JobSubmission) -> dict[str, Any]:
+    """What a registration, and a queued job's admission, carry of the submitted spec."""
+    return {
+        "requirement": dict(spec.requirement),
+        "demand": spec.demand,
+        "rounds": spec.rounds,
+        "deadline_s": spec.deadline_s,
+        "workload_s": spec.workload_s,
+        "submit_token": spec.submit_token,
+    }
+
+
 class JobsApi:
     """The handlers, over one gateway's views and job publisher."""
 
@@ -210,12 +222,7 @@ class JobsApi:
                 said,
                 None,
                 f"queue:{job_id}:{attempt}",
-                requirement=dict(spec.requirement),
-                demand=spec.demand,
-                rounds=spec.rounds,
-                deadline_s=spec.deadline_s,
-                workload_s=spec.workload_s,
-                submit_token=spec.submit_token,
+                **_job_fields(spec),
                 owner=subject if claims is not None else None,
             )
             await self._publish(queued)
@@ -233,12 +240,7 @@ class JobsApi:
             event_id=f"submit:{job_id}:{attempt}",
             time=now,
             job_id=job_id,
-            requirement=dict(spec.requirement),
-            demand=spec.demand,
-            rounds=spec.rounds,
-            deadline_s=spec.deadline_s,
-            workload_s=spec.workload_s,
-            submit_token=spec.submit_token,
+            **_job_fields(spec),
             token=self._event_token(job_id, subject),
         )
         await self._publish(event)
