@@ -25,6 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The shared checks' asserts say what they found when they fail (CI once printed only
+# "AssertionError" for a round over its demand).
+pytest.register_assert_rewrite("tests.invariants", "tests.report_checks")
+
 from tests.event_recorder import EventRecorder, Published  # noqa: E402
 
 MACHINE_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

@@ -32,6 +32,7 @@ handler (`handlers`), the `publisher`, the timers (`expiry`, `status`, the stall
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from pathlib import Path
@@ -44,6 +45,7 @@ from services.scheduler.handlers import TopicHandlers
 from services.scheduler.intake import Intake
 from services.scheduler.letters import WrittenLetters
 from services.scheduler.publisher import Publisher
+from services.scheduler.readback import ReadBack
 from services.scheduler.stall import GUARD_INTERVAL_S, StallGuard
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
@@ -139,8 +141,22 @@ def create_app(settings: Settings | None = None) -> faust.App:
     def owned() -> set[int]:
         return owned_partitions(app, topics.JOBS)
 
-    state = SchedulerState(config, FaustStore.create(app, partitions, owned))
+    faust_parts = FaustPartitions(app)
+    readback = ReadBack(lambda p: faust_parts.next_offset((topics.ASSIGNMENTS, p)))
+    state = SchedulerState(config, FaustStore.create(app, partitions, owned), readback)
     held: set[int] = set()
+
+    async def expect_readback(generation: int) -> None:
+        parts = [(topics.ASSIGNMENTS, p) for p in range(partitions)]
+        while generation == readback.generation:
+            try:
+                ends = await faust_parts.end_offsets(parts)
+            except Exception:  # the broker may be rebalancing or down: ask again
+                log.warning("end offsets of %s not known yet", topics.ASSIGNMENTS, exc_info=True)
+                await asyncio.sleep(1.0)
+                continue
+            readback.expect(generation, {p: end for (_, p), end in ends.items()})
+            return
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _on_assigned(sender: object, assigned: object, **kwargs: object) -> None:
@@ -152,6 +168,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
             held.clear()
             held.update(now_owned)
             state.invalidate()
+            if deciding:  # the predecessor's last assignments first (ReadBack)
+                app.add_future(expect_readback(readback.arm()))
 
     def send(topic: str, key: bytes, value: bytes) -> None:
         send_output(app, topic, key, value)
@@ -177,7 +195,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
         app.agent(channel, name="scheduler-" + name.removeprefix("venn."))(agent)
 
     watch = BrokerWatch(settings.broker, settings.kafka_credentials)
-    guard = StallGuard(FaustPartitions(app), set(handlers), watch)
+    guard = StallGuard(faust_parts, set(handlers), watch)
     add_pages(app, watch, guard.stalls)
 
     @app.task

@@ -64,6 +64,10 @@ PLAN_RECOMPUTE = Histogram(
     "compile, measured around the check-in decision that triggered it)",
     buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
+READBACK_HELD = Counter(
+    "venn_scheduler_readback_held_checkins",
+    "Check-ins declined after a takeover while the predecessor's assignments were read back",
+)
 DECIDING = Gauge(
     "venn_scheduler_deciding",
     "1 on the worker that decides (it holds every input partition), 0 on a hot standby",

@@ -40,6 +40,7 @@ import numpy as np
 from services.scheduler import metrics
 from services.scheduler.dedupe import RecentIds
 from services.scheduler.outputs import assignment, assignment_batch, uniform_of
+from services.scheduler.readback import ReadBack
 from services.scheduler.rows import (
     AssignedItem,
     AssignmentsRow,
@@ -91,6 +92,7 @@ class SchedulerState:
         self,
         config: SchedulerSettings,
         store: SchedulerStore,
+        readback: ReadBack | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -119,6 +121,8 @@ class SchedulerState:
         """The attribute sets of the recent check-ins, for admission (`venn.core.admission`)."""
         self.estimates = Estimates()
         """The completion estimates of its snapshots (`services.scheduler.status`)."""
+        self.readback = readback or ReadBack(lambda partition: None)
+        """Holds decisions after a takeover (`services.scheduler.readback`); open by default."""
 
     def _new_core(self) -> Scheduler:
         # Supply comes as counts: gateways report what they receive (most of which they
@@ -316,7 +320,11 @@ class SchedulerState:
             if self.core.request_round(event.job_id, event.round_index, now, event.demand):
                 self._end_round_rows(event.job_id)
                 self._save(event.job_id, partition)
-        elif isinstance(event, ev.JobCancelled) and self._known(event.job_id):
+        elif isinstance(event, ev.JobCancelled) and (
+            event.job_id in self.core.jobs or event.job_id not in self.removed
+        ):
+            # A job cancelled while the job API still queued it was never registered here:
+            # its tombstone keeps a registration that crossed the cancel from running it.
             self._remove(event.job_id, partition)
         return None
 
@@ -424,6 +432,9 @@ class SchedulerState:
             self.mix.observe(event.attrs)
         if event.observe_only:
             return None
+        if not self.readback.may_decide():
+            metrics.READBACK_HELD.inc()
+            return None
         tier = self.core.tier_of(proxy_of(event.speed_ms_per_sample, event.bandwidth_kbps))
         compiles, started = self.core.compiles, time.perf_counter()
         decision = self.core.checkin(
@@ -489,6 +500,9 @@ class SchedulerState:
             for i in np.flatnonzero(uncounted).tolist():
                 self.mix.observe(cols.attrs[cols.attr_keys[i]])
         deciding = np.flatnonzero(fresh & ~cols.observe_only)
+        if len(deciding) and not self.readback.may_decide():
+            metrics.READBACK_HELD.inc(len(deciding))
+            deciding = deciding[:0]
         picks = np.full(n, -1, dtype=np.int64)
         if len(deciding):
             event_ids = cols.event_ids

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from services.scheduler.readback import READBACK_MAX_S, ReadBack
 from services.scheduler.state import SchedulerState
 from services.scheduler.store import MemoryStore
 from tests import factories
@@ -187,3 +188,73 @@ def test_round_rows_keep_their_stored_shape_and_a_bad_one_is_skipped() -> None:
     rounds["a:bad"] = {"partition": 0, "job": "j", "round": 0, "items": [["x", "d9"]]}
     rebuilt = state(jobs, rounds)
     assert rebuilt.core.active_devices == {"d0": ("j", 0)}
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_takeover_reads_the_predecessors_assignments_back_before_deciding(held: bool) -> None:
+    """The predecessor assigned 4 of 5 and died before reading them back (CI: a round over
+    its demand in test_ledger_chaos). Its successor decides only once they are read back;
+    without the hold (held=False, the defect) it fills the round again."""
+    jobs: dict[str, Any] = {}
+    rounds: dict[str, Any] = {}
+    first = state(jobs, rounds)
+    first.on_job_event(registered("j"), 0, NOW)
+    first.on_job_event(
+        ev.RoundRequested(event_id="rr", time=NOW, job_id="j", round_index=0, demand=5), 0, NOW
+    )
+    old = ev.CheckinBatch(event_id="b1", time=NOW, checkins=[checkin(f"d{i}") for i in range(4)])
+    (published,) = first.on_checkin_batch(old, NOW)  # on venn.assignments, then SIGKILL
+    assert isinstance(published, ev.AssignmentBatch)
+
+    read_to: dict[int, int] = {0: 10}  # venn.assignments partition 0: 10 read, 11 its end
+    readback = ReadBack(read_to.get, clock=lambda: NOW)
+    successor = SchedulerState(
+        SchedulerSettings(policy="fifo"), MemoryStore(jobs, rounds), readback
+    )
+    successor.ensure_loaded(NOW)
+    if held:
+        readback.expect(readback.arm(), {0: 11, 1: 0})
+    new = ev.CheckinBatch(
+        event_id="b2", time=NOW, checkins=[checkin(f"e{i}") for i in range(3)], reply_to="g"
+    )
+    out = successor.on_checkin_batch(new, NOW)
+    if held:
+        assert [type(o) for o in out] == [ev.CheckinsDeclined]
+    successor.on_assignment(published, 0, NOW)
+    read_to[0] = 11
+    assert readback.may_decide()
+    out += successor.on_checkin_batch(
+        msgspec.structs.replace(new, event_id="b3", checkins=[checkin(f"f{i}") for i in range(3)]),
+        NOW,
+    )
+    given = [a for o in out if isinstance(o, ev.AssignmentBatch) for a in o.assignments]
+    total = len(published.assignments) + len(given)
+    assert (total <= 5) == held, f"{total} devices for a demand of 5"
+
+
+def test_a_readback_that_does_not_move_holds_decisions_only_for_a_while() -> None:
+    now = [NOW]
+    readback = ReadBack(lambda partition: None, clock=lambda: now[0])
+    assert readback.may_decide()  # nothing to wait for before a takeover
+    generation = readback.arm()
+    assert not readback.may_decide()  # end offsets not known yet
+    readback.expect(generation - 1, {})  # a stale takeover's answer changes nothing
+    assert not readback.may_decide()
+    now[0] += READBACK_MAX_S + 1
+    assert readback.may_decide() and readback.gave_up == 1
+
+
+def test_a_job_cancelled_before_its_registration_is_never_run() -> None:
+    """The job API cancels a job it still queued: the scheduler never saw it (the cancel was
+    dead-lettered as an unknown job); now its tombstone keeps out a registration that
+    crossed the cancel, across a rebuild too."""
+    jobs: dict[str, Any] = {}
+    s = state(jobs, {})
+    cancel = ev.JobCancelled(event_id="cancel:j", time=NOW, job_id="j", reason="queued")
+    s.on_job_event(cancel, 0, NOW)  # old code raised Refused (unknown job)
+    s.on_job_event(registered("j"), 0, NOW)
+    assert "j" not in s.core.jobs
+    assert jobs["j"]["removed"] is True
+    rebuilt = state(jobs, {})
+    rebuilt.on_job_event(registered("j"), 0, NOW)
+    assert "j" not in rebuilt.core.jobs and "j" in rebuilt.removed
