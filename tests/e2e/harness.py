@@ -67,7 +67,11 @@ def venn_up(run_dir: Path, **env: str) -> Iterator[tuple[StackInfo, Settings]]:
             **env,
         )
     )
-    info = up(settings)
+    try:
+        info = up(settings)
+    except BaseException:
+        down(settings)  # what did start (broker, database, services) stops with it
+        raise
     settings = dataclasses.replace(
         settings,
         run_dir=str(info.run_dir),

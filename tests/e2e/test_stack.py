@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy import select
 
+from tests.e2e.harness import venn_up
 from tests.environment import clean_env
 from venn import events as ev
 from venn.audit.db import make_engine
@@ -276,3 +278,19 @@ def test_readme_steps_then_down_and_up_keeps_everything(tmp_path: Path) -> None:
         assert assignment.job_id == probe_job and assignment.round_index == 0
     finally:
         venn(["down"], env_again, tmp_path)
+
+
+def test_a_worker_that_cannot_start_fails_venn_up_with_its_log(tmp_path: Path) -> None:
+    """A scheduler worker whose web port is taken exits at start: `venn up` says so, with
+    the end of its log, instead of waiting out its readiness timeout."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        with (
+            pytest.raises(RuntimeError) as failure,
+            venn_up(tmp_path / "run", VENN_SCHEDULER_WEB_PORT=port),
+        ):
+            pass
+    message = str(failure.value)
+    assert "scheduler exited" in message and "address already in use" in message

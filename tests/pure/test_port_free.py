@@ -6,8 +6,9 @@ failed "127.0.0.1:9092 is in use")."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
-from venn.broker.process import port_free
+from venn.broker.process import free_port, port_free
 
 
 def _time_wait_port() -> int:
@@ -46,3 +47,14 @@ def test_a_port_with_a_listener_is_not_free() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         assert not port_free("127.0.0.1", int(listener.getsockname()[1]))
+
+
+def test_a_free_port_is_outside_the_ephemeral_range() -> None:
+    """Outgoing connections take their ports from the ephemeral range; a port handed out
+    from there can be taken before its service listens (CI: a scheduler exited with
+    "address already in use")."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = {free_port() for _ in range(50)}
+    assert not any(low <= p <= high for p in ports)
+    assert all(port_free("127.0.0.1", p) for p in ports)
+    assert len(ports) > 40  # random picks, not one port again and again

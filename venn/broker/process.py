@@ -4,13 +4,17 @@ Kafka-protocol readiness probe every broker kind answers."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import random
 import signal
 import socket
 import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import port_for
 
 PRIVATE_UMASK = 0o077
 """The umask of the stack's processes (brokers, services, the database's tools): what they
@@ -57,8 +61,21 @@ def tighten(root: str | Path) -> None:
         dirs[:] = [d for d in dirs if os.lstat(os.path.join(top, d)).st_uid == me]
 
 
+@functools.cache
+def _good_ports() -> list[int]:
+    return sorted(port_for.available_good_ports())
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
+    """A port nothing uses at ``host`` now, outside the kernel's ephemeral range. A port
+    bound at 0 comes from that range, where any outgoing connection can take it before the
+    service handed it listens (CI: a scheduler exited, "address already in use", and `venn
+    up` waited 90 s for it)."""
+    ports = _good_ports()
+    for port in random.sample(ports, min(len(ports), 200)):
+        if not port_for.port_is_used(port, host):
+            return port
+    with socket.socket() as s:  # no good port free: the kernel's choice
         s.bind((host, 0))
         return int(s.getsockname()[1])
 

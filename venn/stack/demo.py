@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -36,10 +37,9 @@ from venn.events import Event
 from venn.sdk.clock import TraceClock
 from venn.settings import Settings, run_dir_database_password, run_dir_kafka_users, run_dir_secret
 from venn.stack.capture import read_topics
-from venn.stack.local import POSTGRES_DIR, service_env, wait_scheduler_ready
+from venn.stack.local import POSTGRES_DIR, not_ready, service_env, wait_scheduler_ready
 from venn.stack.processes import (
     default_services_for_demo,
-    log_tail,
     start_service,
     stop_services,
     worker_metric,
@@ -230,15 +230,20 @@ async def run_demo(
         await prepare_topics(settings)
         await asyncio.to_thread(upgrade_database, db_url)
         handles.settings, handles.run_dir = settings, run
+        children: dict[str, subprocess.Popen[bytes]] = {}
         for spec in default_services_for_demo(config.workers):
             role = "scheduler" if spec.name.startswith("scheduler") else spec.name
             port = free_port() if role == "scheduler" else 0
             if port:
                 handles.worker_ports[spec.name] = port
             env = service_env(settings.for_role(role), config.policy, config.trace_seed, port)
-            start_service(run, spec, env, detached=False)
-        if not await wait_scheduler_ready(settings, members=config.workers):
-            raise RuntimeError("scheduler not ready:\n" + log_tail(run, "scheduler"))
+            children[spec.name] = start_service(run, spec, env, detached=False)
+        scheduler_workers = {n: p for n, p in children.items() if n.startswith("scheduler")}
+        ready = await wait_scheduler_ready(
+            settings, members=config.workers, processes=list(scheduler_workers.values())
+        )
+        if not ready:
+            raise RuntimeError(not_ready(run, scheduler_workers))
         startup_s = time.monotonic() - started
 
         clock = TraceClock(speedup=config.speedup)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +48,8 @@ from venn.settings import (
 )
 from venn.stack.processes import (
     ServiceSpec,
+    first_error,
+    log_tail,
     recorder_spec,
     running_services,
     scheduler_spec,
@@ -98,9 +102,15 @@ def default_services(workers: int = 1) -> list[ServiceSpec]:
     return [*schedulers, recorder_spec(), gateway_spec()]
 
 
-async def wait_scheduler_ready(settings: Settings, timeout: float = 90.0, members: int = 1) -> bool:
+async def wait_scheduler_ready(
+    settings: Settings,
+    timeout: float = 90.0,
+    members: int = 1,
+    processes: Sequence[subprocess.Popen[bytes]] = (),
+) -> bool:
     """Wait until the scheduler's consumer group is stable with at least ``members``
-    workers (its agents are reading)."""
+    workers (its agents are reading); False at once if one of the worker ``processes``
+    this caller started has exited (a worker that cannot bind its port exits at start)."""
     deadline = time.monotonic() + timeout
     options = settings.for_role(security.ADMIN).kafka_options
     admin = AIOKafkaAdminClient(
@@ -109,6 +119,8 @@ async def wait_scheduler_ready(settings: Settings, timeout: float = 90.0, member
     await admin.start()
     try:
         while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in processes):
+                return False
             try:
                 groups = await admin.describe_consumer_groups([settings.app_id])
             except Exception:  # the coordinator may not know the group yet
@@ -122,6 +134,19 @@ async def wait_scheduler_ready(settings: Settings, timeout: float = 90.0, member
     finally:
         await admin.close()
     return False
+
+
+def not_ready(run: Path, workers: Mapping[str, subprocess.Popen[bytes]]) -> str:
+    """Why the scheduler is not ready, with the log tail of a worker that exited (or of the
+    first worker): what CI keeps of a start that failed."""
+    exited = [name for name, p in workers.items() if p.poll() is not None]
+    name = exited[0] if exited else "scheduler"
+    what = f"{name} exited ({workers[name].returncode})" if exited else "no stable group"
+    error = first_error(run, name) or "none"
+    return (
+        f"the scheduler did not become ready: {what}; first error in {run / name}.log: "
+        f"{error}\nit ends:\n{log_tail(run, name, 30)}"
+    )
 
 
 def start_broker(settings: Settings) -> tuple[Settings, str]:
@@ -204,6 +229,7 @@ def up(
         recorder_port=ports.get("recorder") or settings.recorder_port or free_port(),
     )
     worker_ports = {"scheduler": settings.scheduler.web_port}
+    started: dict[str, subprocess.Popen[bytes]] = {}
     for spec in default_services(workers):
         role = "scheduler" if spec.name.startswith("scheduler") else spec.name
         port = 0
@@ -212,9 +238,12 @@ def up(
         env = service_env(settings.for_role(role), policy, seed, port)
         if spec.name not in alive:
             # Each service signs in to Kafka as itself (venn.broker.security.access).
-            start_service(run, spec, env)
-    if wait and not asyncio.run(wait_scheduler_ready(settings, members=workers)):
-        raise RuntimeError(f"the scheduler did not become ready; see {run / 'scheduler.log'}")
+            started[spec.name] = start_service(run, spec, env)
+    workers_started = {n: p for n, p in started.items() if n.startswith("scheduler")}
+    if wait and not asyncio.run(
+        wait_scheduler_ready(settings, members=workers, processes=list(workers_started.values()))
+    ):
+        raise RuntimeError(not_ready(run, workers_started))
     if wait:
         for name, host, port in (
             ("gateway", settings.gateway.host, settings.gateway.port),

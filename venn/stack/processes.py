@@ -111,6 +111,16 @@ def log_tail(run_dir: str | Path, name: str, lines: int = 20) -> str:
         return ""
 
 
+def first_error(run_dir: str | Path, name: str) -> str:
+    """The first ``[ERROR]`` line of a service's log (Faust and logging both mark them so):
+    the cause, where the tail holds what failed after it."""
+    try:
+        with open(Path(run_dir) / f"{name}.log", errors="replace") as log:
+            return next((line.strip() for line in log if "[ERROR]" in line), "")
+    except OSError:
+        return ""
+
+
 def default_services_for_demo(workers: int = 1) -> list[ServiceSpec]:
     """What a demo needs besides its in-process fleet and coordinators."""
     return [*(scheduler_spec(w) for w in range(1, workers + 1)), recorder_spec()]
