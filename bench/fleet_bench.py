@@ -66,6 +66,7 @@ from venn.broker import topics  # noqa: E402
 from venn.broker.local import local_broker  # noqa: E402
 from venn.broker.process import free_port  # noqa: E402
 from venn.core.model import Requirement  # noqa: E402
+from venn.core.status import SchedulerStatus, decode_status  # noqa: E402
 from venn.report.provenance import git_commit  # noqa: E402
 from venn.settings import Settings  # noqa: E402
 from venn.stack.processes import settled_decider  # noqa: E402
@@ -94,7 +95,7 @@ JOBS_PER_GROUP = 5
 DEMAND = 10
 OURS = "quota + supply reports"
 BASELINE = "every check-in forwarded"
-SPLIT = "quota / G per gateway (what-if)"
+UNSHARED = "each gateway the whole quota (before)"
 
 
 # -- pure helpers (tests/pure/test_fleet_bench.py) ------------------------------------------
@@ -202,7 +203,8 @@ class Fleet:
                     self._forward(gw, attrs)
                 continue
             while k:
-                verdict, _ = gw.quota.verdict(attrs, gw.view.open_demand())
+                now = asyncio.get_running_loop().time()
+                verdict, _ = gw.quota.verdict(attrs, gw.view.open_demand(), now)
                 if verdict is not Verdict.FORWARD:
                     break
                 self._forward(gw, attrs)  # Gateway.checkin counts, charges and produces it
@@ -250,6 +252,7 @@ class Emulation:
         )
         self.task: asyncio.Task[None] | None = None
         self.reports: list[asyncio.Task[None]] = []
+        self.last_status: SchedulerStatus | None = None
 
     async def start(self) -> None:
         await self.producer.start()
@@ -264,9 +267,10 @@ class Emulation:
             for t in (topics.ASSIGNMENTS, topics.REPLIES)
             for p in range(self.partitions)
         ]
-        self.consumer.assign([*follow, *answers])
+        status = TopicPartition(topics.STATUS, 0)
+        self.consumer.assign([*follow, *answers, status])
         await self.consumer.seek_to_beginning(*follow)
-        await self.consumer.seek_to_end(*answers)
+        await self.consumer.seek_to_end(*answers, status)
         self.task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -274,12 +278,26 @@ class Emulation:
         while True:
             batches = await self.consumer.getmany(timeout_ms=200, max_records=5000)
             for tp, records in batches.items():
+                if tp.topic == topics.STATUS:
+                    self._status(records[-1].value)
+                    continue
                 for record in records:
                     try:
                         event = ev.decode(record.value, allowed[tp.topic])
                     except Exception:
                         continue
                     self._apply(event)
+
+    def _status(self, raw: bytes | None) -> None:
+        """The scheduler's snapshot, to each gateway as its StatusFeed would hand it."""
+        try:
+            status = decode_status(raw)
+        except ev.InvalidEvent:
+            return
+        self.last_status = status
+        for gw in self.gateways:
+            if gw.status.on_update is not None:
+                gw.status.on_update(status)
 
     def _apply(self, event: ev.Event) -> None:
         if isinstance(event, ev.CheckinsDeclined):
@@ -294,19 +312,21 @@ class Emulation:
                     gw._on_assignment(a)
         self.view.apply(event)
 
-    def open(self, count: int, fast_no: bool, quota: float | None = None) -> None:
-        """``count`` emulated gateways (the previous ones retired: they stop reporting)."""
+    def open(self, count: int, fast_no: bool, shared: bool) -> None:
+        """``count`` emulated gateways (the previous ones retired: they stop reporting).
+        ``shared``: they share the quota and the report rate by the live gateway count of
+        the scheduler's status, as real gateways do; else each holds the whole quota and
+        reports every VENN_SUPPLY_REPORT_S (the design before)."""
         self.retire()
         settings = dataclasses.replace(
-            self.settings,
-            gateway=dataclasses.replace(
-                self.settings.gateway,
-                fast_no=fast_no,
-                forward_quota=quota or self.settings.gateway.forward_quota,
-            ),
+            self.settings, gateway=dataclasses.replace(self.settings.gateway, fast_no=fast_no)
         )
         for i in range(count):
             gw = Gateway(settings)
+            if not shared:
+                gw.status.on_update = None
+            elif self.last_status is not None:
+                gw._on_status(self.last_status)
             gw.view = self.view
             gw.view_ready = True
             gw.broker.grace_s = math.inf  # the shared clients carry on; no probe per gateway
@@ -436,11 +456,12 @@ def gateway_decision_us() -> dict[str, float]:
     real SupplyCounter.add and ForwardQuota.verdict against this bench's open demand."""
     counter = SupplyCounter("gw-timing", time.time())
     quota = ForwardQuota(2.0)
+    quota.gateways = 50
     full = {Requirement.of(g): 5 for g in GROUPS}
     attrs = PROFILES[5]
     n = 200_000
     add = min(timeit.repeat(lambda: counter.add(attrs), number=n, repeat=3)) / n
-    verdict = min(timeit.repeat(lambda: quota.verdict(attrs, full), number=n, repeat=3)) / n
+    verdict = min(timeit.repeat(lambda: quota.verdict(attrs, full, 0.0), number=n, repeat=3)) / n
     return {"supply_add_us": round(add * 1e6, 2), "verdict_us": round(verdict * 1e6, 2)}
 
 
@@ -459,8 +480,7 @@ async def measure_size(
 ) -> dict[str, Any]:
     rate = checkin_rate(devices)
     count = gateways_for(rate, per_gateway)
-    quota = emu.settings.gateway.forward_quota
-    emu.open(count, design != BASELINE, quota / count if design == SPLIT else None)
+    emu.open(count, design != BASELINE, shared=design == OURS)
     fleet = Fleet(emu.gateways, rate, random.Random(devices), devices=devices)
     stop = asyncio.Event()
     feeder = asyncio.create_task(fleet.run(stop))
@@ -495,6 +515,7 @@ async def measure_size(
         "emulator_cpu_per_s": round((own1 - own0) / seconds, 3),
         "broker_msgs_per_s": round((msgs1 - msgs0) / (msgs_t1 - msgs_t0), 1),
         "window_s": round(seconds, 1),
+        "gateways_counted": emu.last_status.gateways if emu.last_status is not None else None,
     }
     print(result, flush=True)
     return result
@@ -545,8 +566,8 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
             plan = [(d, OURS) for d in args.fleets]
             if args.baseline:
                 plan += [(d, BASELINE) for d in args.fleets[:2]]
-            if args.split_quota:
-                plan += [(d, SPLIT) for d in args.fleets[-2:]]
+            if args.unshared:
+                plan += [(d, UNSHARED) for d in args.fleets[-2:]]
             for devices, design in plan:
                 rows.append(
                     await measure_size(
@@ -588,14 +609,16 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
         f"no fleet ({meta['emulator_idle_cpu_per_s']:.3f} s/s: its consumer, the "
         f"coordinators), over the check-ins.",
         "",
-        "| devices | design | gateways | check-ins/s offered | achieved | forwarded/s "
+        "| devices | design | gateways (scheduler counted) | check-ins/s offered | achieved "
+        "| forwarded/s "
         "| assigned/s | **scheduler CPU, s/s** | gateway CPU per check-in, µs "
         "| broker messages/s |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['devices']:,} | {r['design']} | {r['gateways']} | {r['offered_per_s']:,.0f} "
+            f"| {r['devices']:,} | {r['design']} | {r['gateways']} "
+            f"({r.get('gateways_counted', '-')}) | {r['offered_per_s']:,.0f} "
             f"| {r['checkins_per_s']:,.0f} | {r['forwarded_per_s']:,.1f} "
             f"| {r['assigned_per_s']:.1f} | **{r['scheduler_cpu_per_s']:.3f}** "
             f"| {r['gateway_cpu_us_per_checkin']:.1f} | {r['broker_msgs_per_s']:,.0f} |"
@@ -622,6 +645,16 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
             f"the jobs open and no fleet the scheduler used {meta['scheduler_idle_cpu_per_s']:.3f}"
             " s/s."
         )
+    for r in rows:
+        mine = next((o for o in ours if o["devices"] == r["devices"]), None)
+        if r["design"] == UNSHARED and mine is not None and mine["scheduler_cpu_per_s"] > 0:
+            lines.append(
+                f"At {r['devices']:,} devices, each gateway holding the whole quota and "
+                f"reporting every second (the design before) costs the scheduler "
+                f"{r['scheduler_cpu_per_s'] / mine['scheduler_cpu_per_s']:.1f}x the CPU and "
+                f"forwards {r['forwarded_per_s'] / max(mine['forwarded_per_s'], 0.1):.1f}x the "
+                "check-ins."
+            )
     for devices, b in sorted(base.items()):
         mine = next((r for r in ours if r["devices"] == devices), None)
         if mine is not None and mine["scheduler_cpu_per_s"] > 0:
@@ -658,9 +691,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="check-ins/s of one gateway process (sets the gateway count)")  # fmt: skip
     p.add_argument("--baseline", action="store_true",
                    help="also every check-in forwarded, at the two smallest sizes")  # fmt: skip
-    p.add_argument("--split-quota", action="store_true",
-                   help="also, at the two largest sizes, each gateway's quota divided by the "
-                   "gateway count (what a fleet-wide quota would forward)")  # fmt: skip
+    p.add_argument("--unshared", action="store_true",
+                   help="also, at the two largest sizes, the design before the gateways shared "
+                   "the quota and the report rate: each gateway the whole quota, a report a "
+                   "second")  # fmt: skip
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
     started = time.time()
@@ -671,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         f" --{k} {v}" for k, v, d in (("window", args.window, 20.0), ("warmup", args.warmup, 8.0))
         if v != d
     ) + (" --baseline" if args.baseline else "") + (
-        " --split-quota" if args.split_quota else "")  # fmt: skip
+        " --unshared" if args.unshared else "")  # fmt: skip
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "machine": f"{platform.machine()} {platform.python_implementation()} "

@@ -75,14 +75,29 @@ class GatewaySettings:
         "VENN_GATEWAY_FORWARD_QUOTA",
         2.0,
         "A check-in an open round admits is answered at once instead of forwarded when the "
-        "gateway already has this many times that requirement's remaining demand in check-ins "
-        "at the scheduler (services/gateway/forwarding.py).",
+        "gateways together already have this many times that requirement's remaining demand "
+        "in check-ins at the scheduler; each holds its share by the live gateway count the "
+        "scheduler's status gives (services/gateway/forwarding.py).",
+    )
+    quota_patience_s: float = setting(
+        "VENN_GATEWAY_QUOTA_PATIENCE_S",
+        1.0,
+        "With fewer check-ins to forward than gateways, the gateways drawn to forward for a "
+        "requirement are alone until its demand has stayed open this long; then every gateway "
+        "forwards one (a requirement whose devices are rare is not left to a few gateways).",
     )
     supply_report_s: float = setting(
         "VENN_SUPPLY_REPORT_S",
         1.0,
         "How often the gateway reports the check-ins it received per attribute set (forwarded "
-        "or answered at once): the supply mix the scheduler plans with.",
+        "or answered at once): the supply mix the scheduler plans with. With many gateways, "
+        "less often (VENN_SUPPLY_REPORTS_PER_S).",
+    )
+    supply_reports_per_s: float = setting(
+        "VENN_SUPPLY_REPORTS_PER_S",
+        10.0,
+        "Supply reports per second the scheduler reads from all gateways together: with G "
+        "live gateways each reports every max(VENN_SUPPLY_REPORT_S, G / this) seconds.",
     )
     linger_ms: int = setting(
         "VENN_GATEWAY_LINGER_MS",
@@ -127,6 +142,10 @@ class GatewaySettings:
             raise ValueError("VENN_GATEWAY_FORWARD_QUOTA must be > 0")
         if self.supply_report_s <= 0:
             raise ValueError("VENN_SUPPLY_REPORT_S must be > 0")
+        if self.supply_reports_per_s <= 0:
+            raise ValueError("VENN_SUPPLY_REPORTS_PER_S must be > 0")
+        if self.quota_patience_s < 0:
+            raise ValueError("VENN_GATEWAY_QUOTA_PATIENCE_S must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)

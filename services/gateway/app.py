@@ -77,6 +77,7 @@ from venn.broker.stream import (
 )
 from venn.broker.topics import ensure_topics
 from venn.core.model import Requirement
+from venn.core.status import SchedulerStatus
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition
 from venn.settings import GatewaySettings, Settings
 
@@ -117,7 +118,7 @@ class Gateway:
         self.view_ready = False
         self.inflight = 0
         self.id = f"gw-{os.getpid()}-{os.urandom(4).hex()}"
-        self.quota = ForwardQuota(self.config.forward_quota)
+        self.quota = ForwardQuota(self.config.forward_quota, self.config.quota_patience_s)
         self.supply = SupplyCounter(self.id, time.time())
         self._report_task: asyncio.Task[None] | None = None
         self.pending: dict[str, asyncio.Future[ev.Assignment | BaseException | str | None]] = {}
@@ -146,7 +147,9 @@ class Gateway:
         """Device id -> the owner (enrol token subject) of its first enrolment, from
         venn.enrolments: another owner's enrol token may not take the id over."""
         self.status = StatusFeed(settings)
-        """The scheduler's snapshots (venn.status), for the job API and the dashboard."""
+        """The scheduler's snapshots (venn.status), for the job API and the dashboard, and
+        the live gateway count the forward quota and the report interval are shared by."""
+        self.status.on_update = self._on_status
         self.dead_letters = dashboard.DeadLetterFeed(settings)
         self.assigned: OrderedDict[tuple[str, int, str], float] = OrderedDict()
         """(job, round, device) of recent assignments: only those devices may upload a
@@ -293,10 +296,19 @@ class Gateway:
             await self.producer.stop()
             self.producer = None
 
+    def _on_status(self, status: SchedulerStatus) -> None:
+        self.quota.gateways = max(1, status.gateways)
+
+    def report_interval_s(self) -> float:
+        """Seconds between this gateway's supply reports: the configured interval, longer
+        with many gateways so that the scheduler reads about VENN_SUPPLY_REPORTS_PER_S."""
+        config = self.config
+        return max(config.supply_report_s, self.quota.gateways / config.supply_reports_per_s)
+
     async def _report_supply(self) -> None:
         """Every interval, the check-ins received per attribute set, as supply reports."""
         while True:
-            await asyncio.sleep(self.config.supply_report_s)
+            await asyncio.sleep(self.report_interval_s())
             for report in self.supply.reports(time.time()):
                 self.stats.supply_reports += 1
                 self._spawn(self._send(topics.CHECKINS, report))
@@ -488,7 +500,7 @@ class Gateway:
         self.supply.add(req.attrs)
         charged: tuple[Requirement, ...] = ()
         if self.config.fast_no and self.view_ready:
-            verdict, charged = self.quota.verdict(req.attrs, self.view.open_demand())
+            verdict, charged = self.quota.verdict(req.attrs, self.view.open_demand(), loop.time())
             if verdict is Verdict.NO_OPEN_ROUND:
                 self.stats.fast_no += 1
                 return self._no(cid, "no_open_round")

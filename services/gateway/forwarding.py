@@ -2,16 +2,23 @@
 
 The scheduler's work grows with what it reads. A gateway answers at once every check-in
 that no open round may take (no open round admits the device), and every one that would
-only queue behind enough others (the check-ins it already has at the scheduler for each
-admitting requirement reach ``multiple`` times that requirement's remaining demand); it
-forwards the rest. Every check-in, forwarded or not, is counted per attribute set and
-reported every interval as a ``SupplyReport``: the supply mix the scheduler plans with.
+only queue behind enough others; it forwards the rest. "Enough" is the fleet's quota,
+``multiple`` times a requirement's remaining demand in flight at the scheduler, shared by
+the live gateways the scheduler's status counts (G): with a quota q of at least G each
+gateway holds ceil(q / G); with fewer, a requirement that opens draws about q of them
+(each with chance q / G) to hold one, and after ``patience_s`` with demand still open every
+gateway holds one, so a requirement whose devices are rare is not left to a few gateways.
+Without the share, each of G gateways held q and the scheduler read G times the
+check-ins a round needs (docs/results/fleet.md). Every check-in, forwarded or not, is
+counted per attribute set and reported as a ``SupplyReport``: the supply mix the
+scheduler plans with.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import random
 from collections.abc import Iterator, Mapping
 
 from venn import events as ev
@@ -26,25 +33,59 @@ class Verdict(enum.Enum):
 
 
 class ForwardQuota:
-    """Per requirement, how many forwarded check-ins await the scheduler's answer."""
+    """Per requirement, how many forwarded check-ins await the scheduler's answer, against
+    this gateway's share of the fleet's quota."""
 
-    def __init__(self, multiple: float) -> None:
+    def __init__(
+        self, multiple: float, patience_s: float = 1.0, rng: random.Random | None = None
+    ) -> None:
         if multiple <= 0:
             raise ValueError("multiple must be > 0")
+        if patience_s < 0:
+            raise ValueError("patience_s must be >= 0")
         self.multiple = multiple
+        self.patience_s = patience_s
+        self.gateways = 1
+        """Live gateways sharing the quota (the scheduler's status says; 1 until it does)."""
         self.in_flight: dict[Requirement, int] = {}
+        self._rng = rng or random.Random()
+        self._opened: dict[Requirement, tuple[float, float]] = {}
+        """Requirement -> when this gateway saw it open, and its draw in [0, 1)."""
+        self._synced: Mapping[Requirement, int] | None = None
+
+    def _sync(self, open_demand: Mapping[Requirement, int], now: float) -> None:
+        """Draws for the requirements that opened, none for those that closed (the demand
+        view hands out a new mapping whenever open demand changed)."""
+        self._synced = open_demand
+        opened = self._opened
+        for r in [r for r in opened if open_demand.get(r, 0) <= 0]:
+            del opened[r]
+        for r, left in open_demand.items():
+            if left > 0 and r not in opened:
+                opened[r] = (now, self._rng.random())
+
+    def cap(self, r: Requirement, left: int, now: float) -> int:
+        """How many of ``r``'s check-ins this gateway may have in flight now."""
+        q = math.ceil(self.multiple * left)
+        g = self.gateways
+        if g <= 1:
+            return q
+        if q >= g:
+            return math.ceil(q / g)
+        opened, draw = self._opened.get(r) or (now, 0.0)
+        return 1 if draw < q / g or now - opened >= self.patience_s else 0
 
     def verdict(
-        self, attrs: Mapping[str, float], open_demand: Mapping[Requirement, int]
+        self, attrs: Mapping[str, float], open_demand: Mapping[Requirement, int], now: float
     ) -> tuple[Verdict, tuple[Requirement, ...]]:
         """Forward or answer now; with FORWARD, the requirements to charge (every open
         one that admits the device: the scheduler may assign it to any of them)."""
+        if open_demand is not self._synced:
+            self._sync(open_demand, now)
         admitting = tuple(r for r, left in open_demand.items() if left > 0 and r.admits(attrs))
         if not admitting:
             return Verdict.NO_OPEN_ROUND, ()
-        room = any(
-            self.in_flight.get(r, 0) < math.ceil(self.multiple * open_demand[r]) for r in admitting
-        )
+        room = any(self.in_flight.get(r, 0) < self.cap(r, open_demand[r], now) for r in admitting)
         if not room:
             return Verdict.ENOUGH_IN_FLIGHT, ()
         return Verdict.FORWARD, admitting

@@ -6,6 +6,7 @@ the end of the feed."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from venn.broker import topics
 from venn.broker.follow import TopicFollower
@@ -26,6 +27,8 @@ class StatusFeed(TopicFollower):
         super().__init__(settings)
         self.latest: SchedulerStatus | None = None
         self.bad_records = 0
+        self.on_update: Callable[[SchedulerStatus], None] | None = None
+        """Called with each snapshot that becomes the newest."""
 
     def offer(self, raw: bytes | None, now: float | None = None) -> None:
         """Keep the snapshot in ``raw`` if it is newer than the one held (and not dated in
@@ -45,3 +48,5 @@ class StatusFeed(TopicFollower):
             return
         if self.latest is None or status.time >= self.latest.time:
             self.latest = status
+            if self.on_update is not None:
+                self.on_update(status)

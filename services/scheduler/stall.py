@@ -12,9 +12,9 @@ not Faust's read offset, which had moved past the lost records) with its high wa
 every few seconds; reports a partition with records waiting and no progress on /healthz
 and in `venn_scheduler_stalled_partitions`; puts it back into Faust's fetch set if Faust
 had left it out (`LedgerConsumer.fetch_state`), or else fetches it again from that lowest
-offset, and stops the worker (for its supervisor to restart it) if that does not help. A
-partition not fetched since it was assigned has no high watermark in the client; the
-worker asks the broker for its end offset, so that such a partition is seen too. While
+offset, and stops the worker (for its supervisor to restart it) if that does not help. The
+client's high watermarks are as of its last fetch (none before the first; stale once its
+Fetcher crashed, as CI saw), so the worker asks the broker for the end offsets too. While
 the worker restores its tables, a second watch does the same for the changelog
 partitions recovery is waiting for, by recovery's offsets.
 """
@@ -95,20 +95,19 @@ class StallGuard:
         # Nothing is read while the broker is away: that is an outage (/healthz says so),
         # not a stall; the watch starts afresh once the broker is back.
         self.stalls.forget_all_but(set(assigned) if available else set())
-        # A partition the client has not fetched since it was assigned has no high
-        # watermark yet: ask the broker, else a partition never fetched is never seen as
-        # stalled.
         ends: dict[Part, int] = {}
         with contextlib.suppress(Exception):
-            unfetched = [part for part in assigned if parts.highwater(part) is None]
-            if unfetched and available:
-                ends = await parts.end_offsets(unfetched)
+            # The broker's end offsets, not only the client's high watermarks: those are
+            # as of the last fetch, so a consumer that stopped fetching (its Fetcher
+            # crashed) showed nothing behind while records waited.
+            if assigned and available:
+                ends = await parts.end_offsets(assigned)
         for part in assigned:
             # What the agents accounted for, not what Faust read (issue 25).
             position = parts.next_offset(part)
             with contextlib.suppress(Exception):
-                high = parts.highwater(part)
-                high = ends[part] if high is None else high
+                fetched, end = parts.highwater(part), ends.get(part)
+                high = max(h for h in (fetched, end) if h is not None)
                 if position is None:  # not begun: nothing committable either
                     continue
                 behind = max(0, high - position)

@@ -27,6 +27,7 @@ from services.gateway.admission_gate import load_of
 from services.recorder import RecorderStats, run_recorder
 from services.scheduler.process import start_worker, stop_worker
 from tests.broker.test_scheduler_pipeline import READY_TIMEOUT, Bus, checkins
+from tests.polling import until
 from venn.audit import make_engine
 from venn.broker import topics
 from venn.broker.process import free_port
@@ -94,15 +95,22 @@ class Stack:
         return proc.returncode, out.decode(), err.decode()
 
     async def supply(self, attr: str, devices: int = 30) -> None:
-        """Devices with ``attr`` 2 check in, until the scheduler's snapshot holds them."""
-        _, before = await self.call("GET", "/v1/devices")
-        held = before.get("admission_window", 0) if before.get("available") else 0
+        """Devices with ``attr`` 2 check in, until the scheduler's snapshot holds them (in
+        its supply mix: the window's total stays at its size once other modules' check-ins
+        on the shared broker filled it, so a count of it cannot tell)."""
         tok = uuid.uuid4().hex[:6]
         await checkins(self.bus, [f"d{i}-{tok}" for i in range(devices)], {attr: 2.0})
-        await self.until(
-            "/v1/devices",
-            lambda s: s["available"] and s["admission_window"] >= max(MIN_CHECKINS, held + devices),
-        )
+        assert self.gateway is not None
+        status = self.gateway.gateway.status
+
+        def held() -> int:
+            latest = status.latest
+            mix = latest.supply_mix if latest is not None else []
+            return sum(s.checkins for s in mix if s.attrs == {attr: 2.0})
+
+        await until(lambda: held() >= devices, 30, f"{devices} check-ins of {attr} in the mix")
+        _, body = await self.call("GET", "/v1/devices")
+        assert body["available"] and body["admission_window"] >= MIN_CHECKINS, body
 
     def history(self, job_id: str) -> list[tuple[str, str]]:
         engine = make_engine(self.pg_url)

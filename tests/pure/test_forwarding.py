@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from services.gateway.forwarding import ForwardQuota, SupplyCounter, Verdict
 from venn import events as ev
 from venn.core.model import Requirement
@@ -13,8 +15,8 @@ ANY = Requirement.of({"ram": 1.0})
 
 def test_no_open_round_admitting_the_device_is_answered_at_once() -> None:
     quota = ForwardQuota(2.0)
-    assert quota.verdict({"ram": 4.0}, {BIG: 3}) == (Verdict.NO_OPEN_ROUND, ())
-    assert quota.verdict({"ram": 9.0}, {BIG: 0}) == (Verdict.NO_OPEN_ROUND, ())
+    assert quota.verdict({"ram": 4.0}, {BIG: 3}, 0.0) == (Verdict.NO_OPEN_ROUND, ())
+    assert quota.verdict({"ram": 9.0}, {BIG: 0}, 0.0) == (Verdict.NO_OPEN_ROUND, ())
 
 
 def test_forwarded_check_ins_are_bounded_by_the_remaining_demand() -> None:
@@ -22,18 +24,52 @@ def test_forwarded_check_ins_are_bounded_by_the_remaining_demand() -> None:
     demand = {BIG: 2, ANY: 1}
     charged = []
     for _ in range(4):  # 2 x 2 for BIG
-        verdict, reqs = quota.verdict({"ram": 9.0}, demand)
+        verdict, reqs = quota.verdict({"ram": 9.0}, demand, 0.0)
         assert verdict is Verdict.FORWARD and set(reqs) == {BIG, ANY}
         quota.charge(reqs)
         charged.append(reqs)
-    assert quota.verdict({"ram": 9.0}, demand)[0] is Verdict.ENOUGH_IN_FLIGHT
+    assert quota.verdict({"ram": 9.0}, demand, 0.0)[0] is Verdict.ENOUGH_IN_FLIGHT
     # A small device only fits ANY, whose 2 x 1 is spent too.
-    assert quota.verdict({"ram": 2.0}, demand)[0] is Verdict.ENOUGH_IN_FLIGHT
+    assert quota.verdict({"ram": 2.0}, demand, 0.0)[0] is Verdict.ENOUGH_IN_FLIGHT
     quota.release(charged.pop())
-    assert quota.verdict({"ram": 9.0}, demand)[0] is Verdict.FORWARD
+    assert quota.verdict({"ram": 9.0}, demand, 0.0)[0] is Verdict.FORWARD
     for reqs in charged:
         quota.release(reqs)
     assert quota.in_flight == {}
+
+
+def test_gateways_share_the_fleets_quota() -> None:
+    """q = 2 x 30 = 60 in flight fleet-wide; 20 gateways hold 3 each (not 60 each)."""
+    quota = ForwardQuota(2.0)
+    quota.gateways = 20
+    demand = {BIG: 30}
+    for _ in range(3):
+        verdict, reqs = quota.verdict({"ram": 9.0}, demand, 0.0)
+        assert verdict is Verdict.FORWARD
+        quota.charge(reqs)
+    assert quota.verdict({"ram": 9.0}, demand, 0.0)[0] is Verdict.ENOUGH_IN_FLIGHT
+
+
+def holders(quotas: list[ForwardQuota], demand: dict[Requirement, int], now: float) -> int:
+    return sum(q.verdict({"ram": 9.0}, demand, now)[0] is Verdict.FORWARD for q in quotas)
+
+
+def test_a_quota_smaller_than_the_gateways_goes_to_about_that_many_of_them() -> None:
+    """q = 2 x 10 = 20 over 400 gateways: about 20 forward (not 400); once the round has
+    waited ``patience_s`` every gateway forwards one; a round that opens again draws anew."""
+    quotas = [ForwardQuota(2.0, patience_s=1.0, rng=random.Random(i)) for i in range(400)]
+    for q in quotas:
+        q.gateways = 400
+    demand = {BIG: 10}
+    first = holders(quotas, demand, 0.0)
+    assert 8 <= first <= 36
+    assert holders(quotas, demand, 0.5) == first  # the draw holds while the round is open
+    assert holders(quotas, demand, 1.0) == 400  # waited too long: every gateway
+    closed: dict[Requirement, int] = {}
+    assert holders(quotas, closed, 1.5) == 0
+    reopened = {BIG: 10}
+    again = holders(quotas, reopened, 2.0)
+    assert 8 <= again <= 36  # a fresh draw and a fresh wait, not "waited since 0.0"
 
 
 def test_supply_reports_count_every_check_in_once() -> None:

@@ -33,6 +33,21 @@ def test_reports_are_kept_while_they_hold_the_window() -> None:
     assert supply.rate_per_s() == 110.0
 
 
+def test_the_rate_adds_every_live_gateway_even_when_one_report_fills_the_window() -> None:
+    """50 gateways at 2,000 check-ins/s: each report alone holds the window, so the mix is
+    the latest report's; the rate is still the fleet's (it was one gateway's: 2,000/s)."""
+    supply = ReportedSupply(window=1000)
+    for g in range(50):
+        supply.observe_report(f"gw-{g}", np.array([g % 4]), np.array([2000.0]), 1.0, 10.0)
+    assert supply.slot_counts(4).sum() == 2000.0
+    assert supply.rate_per_s() == 100_000.0 and supply.sources() == 50
+    # Ten of them stop; the others report on: after three intervals the ten are gone.
+    for t in (11.0, 12.0, 13.5):
+        for g in range(10, 50):
+            supply.observe_report(f"gw-{g}", np.array([0]), np.array([2000.0]), 1.0, t)
+    assert supply.sources() == 40 and supply.rate_per_s() == 80_000.0
+
+
 def test_slot_counts_drain_into_a_report() -> None:
     counts = SlotCounts(since=0.0)
     counts.add(np.array([2, 2, 0]))

@@ -25,7 +25,7 @@ import numpy as np
 from venn.core.dispatch import DispatchTable
 from venn.core.estimate import completion_times, job_loads, supply_view
 from venn.core.scheduler import Scheduler
-from venn.core.supply import AttributeMix
+from venn.core.supply import AttributeMix, ReportedSupply
 from venn.events import InvalidEvent
 
 WaitReason = Literal["no_eligible_supply", "group_starved", "outranked"]
@@ -95,6 +95,9 @@ class SchedulerStatus(msgspec.Struct, frozen=True, tag="scheduler_status"):
     supply_mix: list[SlotSupply] = []
     """The window's check-ins by attribute set: what admission judges a new requirement
     against."""
+    gateways: int = 0
+    """Gateways whose supply reports are live (0: supply counted from the check-ins read).
+    Each gateway divides the fleet's forward quota and report rate by it."""
 
     def job(self, job_id: str) -> JobPlacement | None:
         return next((j for j in self.jobs if j.job_id == job_id), None)
@@ -215,6 +218,7 @@ def scheduler_status(
         job_groups=job_groups,
         jobs=placements,
         supply_mix=supply_mix,
+        gateways=core.supply.sources() if isinstance(core.supply, ReportedSupply) else 0,
     )
 
 

@@ -80,6 +80,11 @@ class SupplyWindow:
         return (k - 1) / span if span > 0 else 0.0
 
 
+SOURCE_STALE_INTERVALS = 3.0
+"""A gateway whose last report is older than this many of its report intervals is gone: its
+rate no longer counts, nor does it count as a live gateway."""
+
+
 class ReportedSupply:
     """Supply as gateways count it: the most recent reports holding ``window`` check-ins.
 
@@ -87,8 +92,9 @@ class ReportedSupply:
     so the scheduler cannot count supply from what it reads. Each gateway reports, per
     interval, how many check-ins of each attribute set it received. The mix is that of the
     most recent reports (of every gateway) that together hold at least ``window`` check-ins:
-    the supply window's estimate at a report's granularity. The rate adds, per gateway, its
-    counts over the time its reports held cover.
+    the supply window's estimate at a report's granularity. The rate adds each live
+    gateway's latest report (its count over its interval): with many gateways one report
+    can hold the whole window, so the window's reports alone would count one gateway's rate.
     """
 
     def __init__(self, window: int = 1000) -> None:
@@ -98,6 +104,8 @@ class ReportedSupply:
         self._reports: deque[_Report] = deque()
         self._held = 0.0
         self._count = 0
+        self._latest: dict[str, _Report] = {}
+        self._now = -np.inf
 
     def observe_report(
         self, source: str, slots: np.ndarray, counts: np.ndarray, interval_s: float, now: float
@@ -107,6 +115,8 @@ class ReportedSupply:
             source, now, interval_s, np.asarray(slots, np.int64), np.asarray(counts, np.float64)
         )
         self._reports.append(report)
+        self._latest[source] = report
+        self._now = max(self._now, now)
         self._held += report.total
         self._count += int(report.total)
         reports = self._reports
@@ -125,14 +135,24 @@ class ReportedSupply:
             np.add.at(out, r.slots, r.counts)
         return out[:num_slots]
 
+    def _live(self) -> list[_Report]:
+        """The latest report of each source not gone (dropping those that are)."""
+        gone = [
+            source
+            for source, r in self._latest.items()
+            if self._now - r.time > SOURCE_STALE_INTERVALS * max(r.interval_s, 1.0)
+        ]
+        for source in gone:
+            del self._latest[source]
+        return list(self._latest.values())
+
     def rate_per_s(self) -> float:
-        """Check-ins per second: per source, its counts over the time its reports cover."""
-        totals: dict[str, list[float]] = {}
-        for r in self._reports:
-            t = totals.setdefault(r.source, [0.0, 0.0])
-            t[0] += r.total
-            t[1] += r.interval_s
-        return sum(n / span for n, span in totals.values() if span > 0)
+        """Check-ins per second: the sum over live sources of their latest report's rate."""
+        return sum(r.total / r.interval_s for r in self._live() if r.interval_s > 0)
+
+    def sources(self) -> int:
+        """Live sources: gateways (or parts of a report) heard within their staleness."""
+        return len(self._live())
 
 
 class SlotCounts:
