@@ -267,10 +267,10 @@ class Emulation:
             for t in (topics.ASSIGNMENTS, topics.REPLIES)
             for p in range(self.partitions)
         ]
-        status = TopicPartition(topics.STATUS, 0)
-        self.consumer.assign([*follow, *answers, status])
+        status = [TopicPartition(topics.STATUS, p) for p in range(self.partitions)]
+        self.consumer.assign([*follow, *answers, *status])
         await self.consumer.seek_to_beginning(*follow)
-        await self.consumer.seek_to_end(*answers, status)
+        await self.consumer.seek_to_end(*answers, *status)
         self.task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
