@@ -86,10 +86,12 @@ class Plan:
     sweep_rates: tuple[float, ...]
     step_s: float
     demand: int
+    half_repeats: int
+    """Steps at half the saturation rate (their median p99 is the figure)."""
 
 
-FULL = Plan(2, 1000, 8.0, 300, 8.0, (500, 1000, 1500, 2000, 2500, 3000, 4000), 4.0, 1000)
-QUICK = Plan(1, 400, 4.0, 100, 4.0, (500, 1500, 3000), 3.0, 1000)
+FULL = Plan(2, 1000, 8.0, 300, 8.0, (1000, 2000, 3000, 4000), 4.0, 1000, 3)
+QUICK = Plan(1, 400, 4.0, 100, 4.0, (500, 1500, 3000), 3.0, 1000, 1)
 
 
 class Proc:
@@ -177,11 +179,17 @@ class UpStack:
     def fleet(self, prefix: str, n: int, path: Path) -> Path:
         """``n`` devices ``<prefix>-<k>``, each with a device token, written for the
         generator's --fleet."""
+        return self.fleet_file(prefix, n, self.settings().auth_secret, path.parent)
+
+    @staticmethod
+    def fleet_file(prefix: str, n: int, secret: str, workdir: Path) -> Path:
+        """``n`` devices ``<prefix>-<k>`` with device tokens of ``secret`` (none without)."""
         from venn.auth import Tokens
 
-        tokens = Tokens(self.settings().auth_secret)
-        devices = [(f"{prefix}-{k}", "") for k in range(n)]
-        devices = [(d, tokens.issue("device", d, ttl_s=6 * 3600.0)) for d, _ in devices]
+        tokens = Tokens(secret) if secret else None
+        ids = [f"{prefix}-{k}" for k in range(n)]
+        devices = [(d, tokens.issue("device", d, ttl_s=6 * 3600.0) if tokens else "") for d in ids]
+        path = workdir / f"{prefix}.json"
         path.write_text(json.dumps(devices))
         return path
 
@@ -262,11 +270,75 @@ class UpStack:
         self.profiled = None
 
 
-def baseline_tree(workdir: Path) -> Path:
-    """The baseline commit's files (git archive), for `venn up` to run from."""
-    out = workdir / f"tree-{BASELINE}"
+def serve_floor(port: int) -> None:
+    """`gateway_bench.py floor PORT`: the least an aiohttp check-in endpoint costs here (the
+    body read and decoded, an answer of the gateway's shape encoded; no middleware, token,
+    view or Kafka), served as the gateway serves (uvloop, no access log)."""
+    import msgspec
+    import uvloop
+    from aiohttp import web
+
+    encode = msgspec.json.Encoder().encode
+
+    async def checkin(request: web.Request) -> web.Response:
+        msgspec.json.decode(await request.read())
+        answer = {"assigned": False, "retry_after": 30, "reason": "no_open_round",
+                  "checkin_id": "gw-" + os.urandom(12).hex()}  # fmt: skip
+        return web.Response(body=encode(answer), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/checkin", checkin)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None,
+                loop=uvloop.new_event_loop())  # fmt: skip
+
+
+class FloorStack:
+    """The bare server of `serve_floor` in its own process, as a stack for gateway_step."""
+
+    def __init__(self) -> None:
+        from venn.broker.process import free_port
+
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.scheduler = None
+        self.scheduler_pids: list[int] = []
+        self.gateway: Proc | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> FloorStack:
+        from venn.broker.process import wait_listening
+
+        command = [sys.executable, str(Path(__file__).resolve()), "floor", str(self.port)]
+        self.proc = subprocess.Popen(command, cwd=ROOT)
+        self.gateway = Proc(self.proc.pid)
+        if not wait_listening("127.0.0.1", self.port, 30.0):
+            raise RuntimeError("the floor server does not listen")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+async def measure_floor(plan: Plan, workdir: Path) -> dict[str, Any]:
+    with FloorStack() as floor:
+        fleet = UpStack.fleet_file(f"floor-{uuid.uuid4().hex[:6]}", FLEET, "", workdir)
+        step = await pb.gateway_step(floor, "instant", plan.cpu_rate, plan.cpu_s, plan.demand,
+                                     None, fleet)  # fmt: skip
+    print(f"  aiohttp floor {plan.cpu_rate:.0f}/s: cpu µs/request "
+          f"{step.cpu_us_per_request['gateway']}", flush=True)  # fmt: skip
+    return step.row()
+
+
+def tree_at(rev: str, workdir: Path) -> Path:
+    """A commit's files (git archive), for `venn up` to run from."""
+    out = workdir / f"tree-{rev}"
     data = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", BASELINE], check=True, capture_output=True
+        ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(out, filter="data")
@@ -314,7 +386,8 @@ async def measure(stack: UpStack, plan: Plan, workdir: Path) -> dict[str, Any]:
           f"{assigned.cpu_us_per_request}, {assigned.result['reasons']}, p99 "
           f"{assigned.result['p99_ms']} ms", flush=True)  # fmt: skip
     sweep = await pb.gateway_sweep(
-        stack, "instant", list(plan.sweep_rates), plan.step_s, plan.demand, pid, 1,
+        stack, "instant", list(plan.sweep_rates), plan.step_s, plan.demand, pid,
+        plan.half_repeats,
         fleet_file=fleet,
     )  # fmt: skip
     bound1 = await asyncio.to_thread(gbb.gateway_histogram, stack.url)
@@ -359,13 +432,16 @@ async def profile_current(plan: Plan, workdir: Path) -> dict[str, Any]:
             session = workdir / f"gateway-{mode}.pyisession"
             await asyncio.to_thread(stack.profile_gateway, session)
             tag = uuid.uuid4().hex[:6]
+            # Half the CPU window's rate: pyinstrument's own cost would have the gateway
+            # shed load at the full rate. One pass of the devices first (their tokens seen).
             if mode == "instant":
-                fleet = stack.fleet(f"p-{tag}", FLEET, workdir / f"p-{tag}.json")
-                rate, seconds = plan.cpu_rate, plan.cpu_s
+                n, rate, seconds = FLEET, plan.cpu_rate / 2, plan.cpu_s * 2
             else:
                 n = int(plan.assigned_rate * plan.assigned_s)
-                fleet = stack.fleet(f"p-{tag}", n, workdir / f"p-{tag}.json")
                 rate, seconds = plan.assigned_rate, plan.assigned_s
+            fleet = stack.fleet(f"p-{tag}", n, workdir / f"p-{tag}.json")
+            await pb.gateway_step(stack, "instant", plan.cpu_rate / 2, n / (plan.cpu_rate / 2),
+                                  plan.demand, None, fleet)  # fmt: skip
             await pb.settle(stack, stack.broker_pid)
             step = await pb.gateway_step(
                 stack, mode, rate, seconds, plan.demand, stack.broker_pid, fleet
@@ -392,10 +468,10 @@ def median(values: list[float]) -> float:
     return statistics.median(clean) if clean else math.nan
 
 
-def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(runs: list[dict[str, Any]], trees: list[str]) -> dict[str, Any]:
     """Per tree, the median over its repeats (and every repeat's value)."""
     out: dict[str, Any] = {}
-    for tree in ("baseline", "current"):
+    for tree in trees:
         mine = [r for r in runs if r["tree"] == tree]
         pick = {
             "instant_us": lambda r: r["instant"]["cpu_us_per_request"]["gateway"],
@@ -431,19 +507,41 @@ def _met(value: Any, goal: float) -> str:
     return "met" if value <= goal else "not met"
 
 
+IDLE_FRAME = "event loop (idle + I/O wait)"
+
+
+def busy_shares(shares: dict[str, float] | None) -> str:
+    """A profile's shares of wall time with the event loop's idle wait left out: shares of
+    the time the process was working."""
+    if not shares:
+        return "n/a"
+    busy = {k: v for k, v in shares.items() if k != IDLE_FRAME}
+    total = 100.0 - shares.get(IDLE_FRAME, 0.0)
+    return ", ".join(f"{k} {v / total * 100:.0f} %" for k, v in busy.items() if v / total >= 0.02)
+
+
 def report_markdown(r: dict[str, Any]) -> str:
     meta, s = r["meta"], r["summary"]
+    trees: list[str] = meta["trees"]
     base, cur = s["baseline"], s["current"]
     plan = meta["plan"]
 
     def row(label: str, key: str, goal: float | None = None, digits: int = 0) -> str:
         b, c = base[key], cur[key]
         ratio = f"{c / b:.2f}x" if b and not math.isnan(b) and not math.isnan(c) else ""
-        reps = f"{base['repeats'][key]} / {cur['repeats'][key]}"
+        values = " | ".join(_f(s[t][key], digits) for t in trees)
+        reps = " / ".join(str(s[t]["repeats"][key]) for t in trees)
         goal_text = f"≤ {goal:g}: {_met(c, goal)}" if goal is not None else ""
-        return (f"| {label} | {_f(b, digits)} | {_f(c, digits)} | {ratio} | {goal_text} "
-                f"| {reps} |")  # fmt: skip
+        return f"| {label} | {values} | {ratio} | {goal_text} | {reps} |"
 
+    def counted(label: str, key: str, note: str = "") -> str:
+        values = " | ".join(str(s[t][key]) for t in trees)
+        return f"| {label} | {values} |  | 0: {_met(cur[key], 0)} | {note} |"
+
+    names = " | ".join(f"`{t}`" if t not in ("baseline", "current") else t for t in trees)
+    head = f"| {{what}} | {names} | current/baseline | {{goal}} | repeats |"
+    rule = "| --- |" + " ---: |" * len(trees) + " ---: | --- | --- |"
+    floor = r.get("floor") or {}
     lines = [
         f"Run of {meta['date']} on {meta['machine']}, commit `{meta['commit']}` against the "
         f"baseline `{BASELINE}`; load average before the run {meta['load_before']}, after "
@@ -451,11 +549,11 @@ def report_markdown(r: dict[str, Any]) -> str:
         "",
         f"Stacks in the order {' '.join(meta['order'])} (`venn up` from each tree: Apache "
         "Kafka, PostgreSQL, one scheduler worker, the recorder, one gateway; tokens on). "
-        f"Medians over {plan['repeats']} stacks per tree; the repeats are listed "
-        "baseline / current.",
+        f"Medians over {plan['repeats']} stacks per tree; the repeats are listed in the "
+        "columns' order.",
         "",
-        "| gateway, per check-in | baseline | current | current/baseline | goal | repeats |",
-        "| --- | ---: | ---: | ---: | --- | --- |",
+        head.format(what="gateway, per check-in", goal="goal"),
+        rule,
         row("CPU µs, answered at once", "instant_us", GOALS["instant_us"]),
         row("CPU µs, assigned", "assigned_us", GOALS["assigned_us"]),
         row("CPU µs less idle, answered at once", "instant_net_us", GOALS["instant_us"]),
@@ -463,19 +561,25 @@ def report_markdown(r: dict[str, Any]) -> str:
         row("idle CPU, cores (nothing to answer)", "idle_gateway_cores", None, 3),
         row("saturation, answered at once, check-ins/s", "saturation_rps"),
         row("p99 ms at half saturation", "half_p99_ms", GOALS["half_p99_ms"], 1),
-        f"| answers past the 2 s bound, seen by the devices | {base['over_bound_device']} | "
-        f"{cur['over_bound_device']} |  | 0: {_met(cur['over_bound_device'], 0)} | of "
-        f"{base['answers']:,} / {cur['answers']:,} answers |",
-        f"| answers past the bound, measured by the gateway | {base['over_bound_gateway']} | "
-        f"{cur['over_bound_gateway']} |  | 0: {_met(cur['over_bound_gateway'], 0)} |  |",
+        counted(
+            "answers past the 2 s bound, seen by the devices",
+            "over_bound_device",
+            "of " + " / ".join(f"{s[t]['answers']:,}" for t in trees) + " answers",
+        ),
+        counted("answers past the bound, measured by the gateway", "over_bound_gateway"),
         "",
-        "| other processes, CPU µs per check-in | baseline | current | current/baseline | | "
-        "repeats |",
-        "| --- | ---: | ---: | ---: | --- | --- |",
+        head.format(what="other processes, CPU µs per check-in", goal=""),
+        rule,
         row("scheduler, answered at once", "instant_scheduler_us"),
         row("scheduler, assigned", "assigned_scheduler_us"),
         row("broker, answered at once", "instant_broker_us"),
         row("broker, assigned", "assigned_broker_us"),
+        "",
+        f"The aiohttp floor: a bare aiohttp endpoint served as the gateway is (uvloop, no "
+        "access log; the body read and decoded, an answer of the same shape; no middleware, "
+        "token, view or Kafka), driven the same way in the same run after each current "
+        f"stack: **{_f(floor.get('us_per_request'))} µs** of CPU per request (repeats "
+        f"{[f['cpu_us_per_request']['gateway'] for f in floor.get('steps', [])]}).",
         "",
         f"CPU windows: answered at once, {plan['cpu_rate']:g} check-ins/s for "
         f"{plan['cpu_s']:g} s from a fleet of {FLEET:,} devices (each with its own token, "
@@ -484,30 +588,37 @@ def report_markdown(r: dict[str, Any]) -> str:
         f"{plan['assigned_rate']:g} check-ins/s for {plan['assigned_s']:g} s from devices "
         "that checked in once before, probe jobs of demand "
         f"{plan['demand']:,} absorbing every one (share answered with an assignment: "
-        f"{_f(base['assigned_share'] * 100)} % / {_f(cur['assigned_share'] * 100)} %). "
-        f"Sweep: {', '.join(f'{x:g}' for x in plan['sweep_rates'])} check-ins/s, "
-        f"{plan['step_s']:g} s a step, stopping at the first saturated step. The generator "
-        "shares the machine's two cores with the stack: past about 2,000 requests/s it is "
-        "itself a limit, so a saturation at the sweep's top or near it is a floor.",
+        + " / ".join(f"{_f(s[t]['assigned_share'] * 100)} %" for t in trees)
+        + f"). Sweep: {', '.join(f'{x:g}' for x in plan['sweep_rates'])} check-ins/s, "
+        f"{plan['step_s']:g} s a step, stopping at the first saturated step; then "
+        f"{plan['half_repeats']} steps at half the saturation rate, their median p99. The "
+        "generator shares the machine's two cores with the stack: past about 2,000 "
+        "requests/s it is itself a limit, so a saturation at the sweep's top or near it is "
+        "a floor.",
     ]
     for run in r["runs"]:
+        half = run["sweep"]["half_saturation"] or {}
         lines.append("")
-        lines.append(f"- {run['tree']} #{run['repeat']}: sweep "
-                     + ", ".join(f"{st['target_rps']:g}/s -> {st['good_rps']:g} good, p99 "
-                                 f"{st['p99_ms']:g} ms{' (saturated)' if st['saturated'] else ''}"
-                                 for st in run["sweep"]["steps"]))  # fmt: skip
+        steps = ", ".join(
+            f"{st['target_rps']:g}/s -> {st['good_rps']:g} good, p99 {st['p99_ms']:g} ms"
+            + (" (saturated)" if st["saturated"] else "")
+            for st in run["sweep"]["steps"]
+        )
+        halves = f"half {half.get('target_rps')}/s: p99 {half.get('p99_ms_repeats')} ms"
+        lines.append(f"- {run['tree']} #{run['repeat']}: sweep {steps}; {halves}")
     prof = r.get("profile")
     if prof:
-        lines += ["", "Today's gateway under pyinstrument (exclusive time, by package and the "
-                  "top functions):", ""]  # fmt: skip
+        lines += ["", "Today's gateway under pyinstrument (exclusive time by package, as a "
+                  "share of the time the process was not waiting in the event loop; then the "
+                  "top functions, as shares of wall time):", ""]  # fmt: skip
         for mode, p in prof.items():
             if not isinstance(p, dict):
                 lines.append(f"- {mode}: {p}")
                 continue
             summary_ = p.get("profile") or {}
             lines.append(f"- {mode} ({p['rate']:g}/s, {p['answered']:,} answers, "
-                         f"{p['reasons']}): packages {summary_.get('share_pct')}; functions "
-                         f"{summary_.get('top_functions_pct')}")  # fmt: skip
+                         f"{p['reasons']}): {busy_shares(summary_.get('share_pct'))}; "
+                         f"functions {summary_.get('top_functions_pct')}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -522,7 +633,9 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-async def run_bench(plan: Plan, profile: bool, command: str) -> dict[str, Any]:
+async def run_bench(
+    plan: Plan, profile: bool, command: str, also: list[str] | None = None
+) -> dict[str, Any]:
     started = time.monotonic()
     meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -535,11 +648,15 @@ async def run_bench(plan: Plan, profile: bool, command: str) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gwbench-") as tmp:
         workdir = Path(tmp)
-        trees = {"baseline": baseline_tree(workdir), "current": ROOT}
-        order = [t for _ in range(plan.repeats) for t in ("baseline", "current")]
+        trees = {"baseline": tree_at(BASELINE, workdir)}
+        trees |= {rev: tree_at(rev, workdir) for rev in also or ()}
+        trees["current"] = ROOT
+        meta["trees"] = list(trees)
+        order = [t for _ in range(plan.repeats) for t in trees]
         meta["order"] = order
+        floors = []
         for i, tree in enumerate(order):
-            repeat = i // 2 + 1
+            repeat = i // len(trees) + 1
             print(f"== {tree} #{repeat} (load {load()})", flush=True)
             stack = UpStack(trees[tree], workdir / f"{tree}-{repeat}")
             t0 = time.monotonic()
@@ -550,6 +667,8 @@ async def run_bench(plan: Plan, profile: bool, command: str) -> dict[str, Any]:
             finally:
                 await asyncio.to_thread(stack.down)
             runs.append({"tree": tree, "repeat": repeat, **result})
+            if tree == "current":
+                floors.append(await measure_floor(plan, workdir))
         prof: dict[str, Any] | None = None
         if profile:
             try:
@@ -559,13 +678,25 @@ async def run_bench(plan: Plan, profile: bool, command: str) -> dict[str, Any]:
                 prof = {"error": repr(exc)}
     meta["load_after"] = load()
     meta["took_s"] = round(time.monotonic() - started, 1)
-    return {"meta": meta, "runs": runs, "summary": summary(runs), "profile": prof}
+    return {
+        "meta": meta,
+        "runs": runs,
+        "summary": summary(runs, meta["trees"]),
+        "floor": {
+            "steps": floors,
+            "us_per_request": median([f["cpu_us_per_request"]["gateway"] for f in floors]),
+        },
+        "profile": prof,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["loadgen"]:
         return pb.loadgen_main(argv[1:])
+    if argv[:1] == ["floor"]:
+        serve_floor(int(argv[1]))
+        return 0
     parser = argparse.ArgumentParser(
         prog="bench/gateway_bench.py",
         description=__doc__,
@@ -575,12 +706,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="stacks per tree (default: 2)")
     parser.add_argument("--no-profile", action="store_true", help="skip the profiles")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--also", action="append", metavar="REV", help="one more tree to run (a commit)"
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.repeats:
         plan = Plan(**{**asdict(plan), "repeats": args.repeats})
     command = "python bench/gateway_bench.py " + " ".join(argv)
-    result = asyncio.run(run_bench(plan, not args.no_profile, command.strip()))
+    result = asyncio.run(run_bench(plan, not args.no_profile, command.strip(), args.also))
     print(json.dumps(result["summary"], indent=1))
     if not args.no_write:
         JSON_OUT.parent.mkdir(parents=True, exist_ok=True)
