@@ -80,8 +80,17 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 async def _loadgen(
-    url: str, rate: float, duration: float, attrs: dict[str, float], prefix: str, limit: int
+    url: str,
+    rate: float,
+    duration: float,
+    attrs: dict[str, float],
+    prefix: str,
+    limit: int,
+    fleet: list[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
+    """Without ``fleet`` every check-in is a new device ``<prefix>-<i>``, unauthenticated;
+    with it, check-in i is from device ``fleet[i % len(fleet)]`` (device id, token): a fleet
+    checking in again, each device with its own token."""
     import aiohttp
 
     total = max(1, int(rate * duration))
@@ -92,16 +101,21 @@ async def _loadgen(
     errors: Counter[str] = Counter()
     outstanding = 0
     skipped = 0
+    devices = fleet or [(f"{prefix}-{i}", "") for i in range(total)]
     bodies = [
         msgspec.json.encode(
             {
-                "device_id": f"{prefix}-{i}",
+                "device_id": device_id,
                 "attrs": attrs,
                 "speed_ms_per_sample": 60.0,
                 "bandwidth_kbps": 12000.0,
             }
         )
-        for i in range(total)
+        for device_id, _ in devices[:total]
+    ]
+    headers = [
+        {"Content-Type": "application/json", **({"Authorization": f"Bearer {t}"} if t else {})}
+        for _, t in devices[:total]
     ]
     connector = aiohttp.TCPConnector(limit=limit, force_close=False)
     timeout = aiohttp.ClientTimeout(total=WAIT_S + 5.0)
@@ -109,12 +123,12 @@ async def _loadgen(
     done = asyncio.Event()
     finished = 0
 
-    async def one(session: aiohttp.ClientSession, body: bytes, due: float) -> None:
+    async def one(
+        session: aiohttp.ClientSession, body: bytes, header: dict[str, str], due: float
+    ) -> None:
         nonlocal outstanding, finished
         try:
-            async with session.post(
-                f"{url}/v1/checkin", data=body, headers={"Content-Type": "application/json"}
-            ) as r:
+            async with session.post(f"{url}/v1/checkin", data=body, headers=header) as r:
                 payload = await r.read()
                 latencies.append(loop.time() - due)
                 by_status.setdefault(str(r.status), []).append(latencies[-1])
@@ -135,7 +149,7 @@ async def _loadgen(
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         start = loop.time() + 0.05
         tasks = []
-        for i, body in enumerate(bodies):
+        for i in range(total):
             due = start + i / rate
             delay = due - loop.time()
             if delay > 0:
@@ -147,7 +161,8 @@ async def _loadgen(
                     done.set()
                 continue
             outstanding += 1
-            tasks.append(asyncio.ensure_future(one(session, body, due)))
+            k = i % len(bodies)
+            tasks.append(asyncio.ensure_future(one(session, bodies[k], headers[k], due)))
         send_end = loop.time()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), WAIT_S + 10.0)
@@ -191,10 +206,14 @@ def loadgen_main(argv: list[str]) -> int:
     p.add_argument("--attrs", required=True, help="JSON object")
     p.add_argument("--prefix", required=True)
     p.add_argument("--limit", type=int, default=256, help="max connections")
+    p.add_argument("--fleet", help="JSON file: [[device_id, token], ...] checking in in turn")
     a = p.parse_args(argv)
     import uvloop
 
-    result = uvloop.run(_loadgen(a.url, a.rate, a.duration, json.loads(a.attrs), a.prefix, a.limit))
+    fleet = [(d, t) for d, t in json.loads(Path(a.fleet).read_text())] if a.fleet else None
+    result = uvloop.run(
+        _loadgen(a.url, a.rate, a.duration, json.loads(a.attrs), a.prefix, a.limit, fleet)
+    )
     print(json.dumps(result))
     return 0
 
@@ -650,6 +669,8 @@ class Step:
     target_rps: float
     result: dict[str, Any]
     cpu_us_per_request: dict[str, float] = field(default_factory=dict)
+    window_s: float = 0.0
+    """Wall time over which the CPU was read (the generator's whole run)."""
 
     @property
     def good(self) -> int:
@@ -690,14 +711,25 @@ class Step:
             "reasons": r["reasons"],
             "errors": r["errors"],
             "skipped": r["skipped"],
+            "over_bound": sum(v["over_bound"] for v in r["by_status"].values()),
             "saturated": self.saturated,
             "cpu_us_per_request": self.cpu_us_per_request,
+            "window_s": round(self.window_s, 2),
         }
 
 
 async def gateway_step(
-    stack: Any, mode: str, rate: float, duration: float, demand: int, broker_pid: int | None
+    stack: Any,
+    mode: str,
+    rate: float,
+    duration: float,
+    demand: int,
+    broker_pid: int | None,
+    fleet_file: Path | None = None,
 ) -> Step:
+    """One open-loop step (`loadgen` in its own process) and the CPU per answered request of
+    the gateway, scheduler and broker; ``fleet_file``: the devices and tokens that check in
+    (see `_loadgen`), else a new unauthenticated device per check-in."""
     from loadtest.stack import probe_job
 
     tok = uuid.uuid4().hex[:6]
@@ -724,20 +756,23 @@ async def gateway_step(
         "broker": broker_pid,
     }
     cpu0 = {k: proc_cpu(p) for k, p in pids.items()}
+    t0 = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(Path(__file__).resolve()), "loadgen",
         "--url", stack.url, "--rate", str(rate), "--duration", str(duration),
         "--attrs", json.dumps({attr: 2.0} if mode == "assigned" else {f"none_{tok}": 1.0}),
         "--prefix", f"{mode}-{tok}",
+        *(("--fleet", str(fleet_file)) if fleet_file else ()),
         stdout=asyncio.subprocess.PIPE, cwd=ROOT,
     )  # fmt: skip
     out, _ = await asyncio.wait_for(proc.communicate(), duration + WAIT_S + 60)
     result = json.loads(out)
     answered = max(result["answered"], 1)
     cpu = {k: round((proc_cpu(p) - cpu0[k]) / answered * 1e6) for k, p in pids.items()}
+    window = time.monotonic() - t0
     if jobs:
         await stack.publish_jobs(jobs, finish=True)
-    return Step(mode, rate, result, cpu)
+    return Step(mode, rate, result, cpu, window)
 
 
 async def gateway_sweep(
@@ -751,6 +786,7 @@ async def gateway_sweep(
     broker_idle_cores: float = 0.4,
     fresh_stack: Callable[[], contextlib.AbstractAsyncContextManager[tuple[Any, int]]]
     | None = None,
+    fleet_file: Path | None = None,
 ) -> dict[str, Any]:
     """Steps at increasing rates until saturation, then the half-saturation rate `repeats`
     times, each on a fresh broker and stack when ``fresh_stack`` is given (on Tansu: the
@@ -758,7 +794,7 @@ async def gateway_sweep(
     steps: list[Step] = []
     await settle(stack, broker_pid, broker_idle_cores)
     for rate in rates:
-        step = await gateway_step(stack, mode, rate, duration, demand, broker_pid)
+        step = await gateway_step(stack, mode, rate, duration, demand, broker_pid, fleet_file)
         steps.append(step)
         print(f"  {mode:8} {rate:>6.0f}/s -> {step.good_rps:>7.1f}/s  p50 "
               f"{step.result['p50_ms']:>7.1f}  p99 {step.result['p99_ms']:>7.1f} ms"
@@ -781,7 +817,13 @@ async def gateway_sweep(
                 await settle(half_stack, half_pid, broker_idle_cores)
                 runs.append(
                     await gateway_step(
-                        half_stack, mode, round(saturation / 2), duration, demand, half_pid
+                        half_stack,
+                        mode,
+                        round(saturation / 2),
+                        duration,
+                        demand,
+                        half_pid,
+                        fleet_file,
                     )
                 )
         runs.sort(key=lambda s: s.result["p99_ms"])

@@ -50,6 +50,9 @@ BENCHES = (
           "standby's first assignment", None, "about 5 minutes"),
     Bench("fleet_bench.py", "scheduler CPU per second against the emulated fleet's size (10k "
           "to 10M devices, demand fixed)", None, "about 5 minutes"),
+    Bench("gateway_bench.py", "gateway CPU per check-in (answered at once, assigned), "
+          "saturation and p99 at half of it, against the baseline gateway (bf30edb)", None,
+          "about 9 minutes"),
     Bench("gateway_bound_bench.py", "the gateway's answer bound on a starved machine", None,
           "about 3 minutes"),
     Bench("gateway_soak.py", "gateway memory over repeated check-in floods: leak or "

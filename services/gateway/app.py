@@ -484,15 +484,6 @@ class Gateway:
         loop = asyncio.get_running_loop()
         self.stats.checkins += 1
         cid = "gw-" + os.urandom(12).hex()
-        event = ev.DeviceCheckin(
-            event_id=cid,
-            time=time.time(),
-            device_id=req.device_id,
-            attrs=req.attrs,
-            speed_ms_per_sample=req.speed_ms_per_sample,
-            bandwidth_kbps=req.bandwidth_kbps,
-            counted=True,  # in this gateway's supply reports
-        )
         if not self.broker.available:
             # The demand view stopped moving with the broker: no answer from it now.
             self.stats.broker_down += 1
@@ -507,6 +498,16 @@ class Gateway:
             if verdict is Verdict.ENOUGH_IN_FLIGHT:
                 self.stats.enough_in_flight += 1
                 return self._no(cid, "no_assignment")
+        # Made only for a check-in that is forwarded (most are answered at once above).
+        event = ev.DeviceCheckin(
+            event_id=cid,
+            time=time.time(),
+            device_id=req.device_id,
+            attrs=req.attrs,
+            speed_ms_per_sample=req.speed_ms_per_sample,
+            bandwidth_kbps=req.bandwidth_kbps,
+            counted=True,  # in this gateway's supply reports
+        )
         fut: asyncio.Future[ev.Assignment | BaseException | str | None] = loop.create_future()
         # Registered before producing: the answer may come back before the ack.
         self.pending[cid] = fut
@@ -709,14 +710,22 @@ def create_app(settings: Settings | None = None) -> web.Application:
         registry=registry,
     )
 
+    # Each (route, status)'s histogram child, looked up once: labels() costs a lock and
+    # the label checks on every request.
+    observers: dict[tuple[Any, int], Callable[[float], None]] = {}
+
     @web.middleware
     async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         arrived = gw.loop_watch.arrived(loop.time())
         response = await handler(request)
         route = request.match_info.route.resource
-        path = route.canonical if route is not None else "other"
-        latency.labels(path, str(response.status)).observe(loop.time() - arrived)
+        key = (route, response.status)
+        observe = observers.get(key)
+        if observe is None:
+            path = route.canonical if route is not None else "other"
+            observe = observers[key] = latency.labels(path, str(response.status)).observe
+        observe(loop.time() - arrived)
         return response
 
     app = web.Application(

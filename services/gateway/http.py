@@ -28,10 +28,11 @@ any handler or limit sees it (a brotli body has no bound there)."""
 
 
 def json_response(payload: Any, status: int = 200, retry_after: int | None = None) -> web.Response:
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-    return web.Response(
-        body=_encode(payload), status=status, content_type="application/json", headers=headers
-    )
+    # The header given, not content_type=: aiohttp parses and rebuilds that one per response.
+    headers = {"Content-Type": "application/json"}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return web.Response(body=_encode(payload), status=status, headers=headers)
 
 
 def answer(status: int, payload: Json) -> web.Response:
@@ -76,6 +77,8 @@ async def uncompressed(request: web.Request, handler: Handler) -> web.StreamResp
     """415 for a body with a Content-Encoding: the server runs with aiohttp's decompression
     off (`SERVER_OPTIONS`), so such a body would reach a handler as compressed bytes, and a
     1.6 KB brotli body expands to 1 GB. Refused before it is read."""
+    if "Content-Encoding" not in request.headers:  # nearly every request: no list built
+        return await handler(request)
     codings = [
         c.strip().lower()
         for value in request.headers.getall("Content-Encoding", ())
