@@ -1,0 +1,194 @@
+"""Tenants, their shares and priority classes, layered on top of a policy.
+
+A job belongs to a tenant (``JobSpec.tenant``) and carries a priority class
+(``JobSpec.priority``, higher first). Each tenant has a weight; its *share* is its weight
+over the weights of the tenants with open demand, so an idle tenant's share is lent to the
+others and comes back the moment it opens a round (nothing is preempted: a device
+assigned stays assigned until its task ends).
+
+What a tenant *used* is the devices assigned to its jobs over a sliding window of
+``window_s`` seconds. Device-assignments, not device time: the core knows an assignment
+when it makes it, while a task's device time is known only when it ends (up to a round
+deadline later, or never for a device that drops out), and the Table 1 jobs' tasks take
+about as long whichever tenant runs them (``bench/tenants_bench.py`` reports both).
+
+At each table compile the tenants with open demand are ranked by used over share
+(ascending: the one furthest under its share first). A device's candidates are then
+ordered by (tenant rank, priority class, the policy's own section, the policy's order):
+a tenant under its share gets its eligible devices first, and inside a tenant a higher
+priority class goes first, then the policy (IRS) as without tenants. The layer only
+reorders sections of the compiled table, so a decision costs what it did; the groups
+of the IRS problem are split by (requirement, tenant, priority), so with one tenant and
+one priority class the groups, sections and decisions are exactly those of the policy
+alone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from venn.core.model import DEFAULT_TENANT
+from venn.core.policies.base import Policy, PolicyView
+from venn.core.state import JobState
+
+__all__ = ["DEFAULT_TENANT", "TenantConfig", "TenantLayer", "TenantLedger", "TenantShare"]
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """One tenant's settings: its weight and the most open demand its jobs may ask
+    (devices over its admitted, unfinished jobs' rounds; 0: no cap)."""
+
+    weight: float = 1.0
+    max_open_demand: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"a tenant's weight must be positive, not {self.weight}")
+        if self.max_open_demand < 0:
+            raise ValueError("a tenant's max_open_demand must be >= 0")
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    """Every tenant the operator configured; a tenant not listed gets ``default``."""
+
+    tenants: Mapping[str, TenantShare] = field(default_factory=dict)
+    default: TenantShare = TenantShare()
+    window_s: float = 1800.0
+    rerank_every: int = 32
+    """While tenants contend, a job takes at most this many devices between two
+    rankings (a dispatch table otherwise holds until a round fills)."""
+
+    def share_of(self, tenant: str) -> TenantShare:
+        return self.tenants.get(tenant, self.default)
+
+    def weight(self, tenant: str) -> float:
+        return self.share_of(tenant).weight
+
+
+class TenantLedger:
+    """Devices assigned per tenant over a sliding window of scheduler time."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.used: dict[str, float] = {}
+        self._log: deque[tuple[float, str, int]] = deque()
+        self.total: dict[str, int] = {}  # over the whole run (reports)
+
+    def charge(self, tenant: str, count: int, now: float) -> None:
+        log = self._log
+        if log and log[-1][0] == now and log[-1][1] == tenant:
+            t, _, c = log.pop()
+            log.append((t, tenant, c + count))
+        else:
+            log.append((now, tenant, count))
+        self.used[tenant] = self.used.get(tenant, 0.0) + count
+        self.total[tenant] = self.total.get(tenant, 0) + count
+
+    def expire(self, now: float) -> None:
+        log = self._log
+        cutoff = now - self.window_s
+        used = self.used
+        while log and log[0][0] < cutoff:
+            _, tenant, count = log.popleft()
+            used[tenant] -= count
+
+
+def rank_tenants(
+    active: list[str], used: Mapping[str, float], config: TenantConfig
+) -> dict[str, int]:
+    """Rank of each tenant with open demand: ascending used over share, then name."""
+    if len(active) <= 1:
+        return dict.fromkeys(active, 0)
+    weights = {t: config.weight(t) for t in active}
+    total_w = sum(weights.values())
+    total_used = sum(used.get(t, 0.0) for t in active)
+    if total_used <= 0:
+        order = sorted(active, key=lambda t: (-weights[t], t))  # heaviest first
+    else:
+        order = sorted(
+            active,
+            key=lambda t: ((used.get(t, 0.0) / total_used) / (weights[t] / total_w), t),
+        )
+    return {t: r for r, t in enumerate(order)}
+
+
+class TenantLayer:
+    """A policy with tenant ranks and priority classes above its own sections.
+
+    ``labels[g]`` is group g's (tenant, priority) (the scheduler appends as it makes
+    groups). The section of a group's jobs for a signature is
+    ``(tenant rank * priority classes + priority rank) * inner sections + inner section``.
+    """
+
+    def __init__(
+        self,
+        inner: Policy,
+        config: TenantConfig,
+        ledger: TenantLedger,
+        labels: list[tuple[str, int]],
+    ) -> None:
+        self.inner = inner
+        self.config = config
+        self.ledger = ledger
+        self.labels = labels
+        self.mode: Literal["first", "uniform"] = inner.mode
+        self.ordering: Literal["idx", "key"] = inner.ordering
+        self.num_sections = inner.num_sections
+        self.ranks: dict[str, int] = {}
+        self._group_rank = np.zeros(0, dtype=np.int64)
+        self._key: tuple[object, ...] | None = None
+        self._inner: np.ndarray | None = None  # the inner table ``_table`` was made from
+        self._table: np.ndarray | None = None
+
+    def weight(self, job: JobState) -> float:
+        return self.inner.weight(job)
+
+    def replan(self, view: PolicyView) -> None:
+        self.inner.replan(view)
+
+    def rerank(self, view: PolicyView) -> None:
+        """Rank the tenants with open demand by their standing now (every compile)."""
+        groups = view.group_queues()[0] if len(view) else []
+        labels = self.labels
+        active = sorted({labels[g][0] for g in groups})
+        prios = sorted({labels[g][1] for g in groups}, reverse=True)
+        self.ranks = ranks = rank_tenants(active, self.ledger.used, self.config)
+        prio_rank = {p: r for r, p in enumerate(prios)}
+        classes = max(1, len(prios))
+        # A group without open jobs has nobody to order (a round request recompiles).
+        self._group_rank = np.array(
+            [
+                ranks[t] * classes + prio_rank[p] if t in ranks and p in prio_rank else 0
+                for t, p in labels
+            ],
+            dtype=np.int64,
+        )
+        self.num_sections = self.inner.num_sections * max(1, len(active) * classes)
+
+    def section_table(self, view: PolicyView) -> np.ndarray | None:
+        inner = self.inner.section_table(view)
+        rank = self._group_rank
+        num_sigs, num_groups = view.sig_matrix.shape
+        if len(rank) < num_groups:  # groups made after the last plan
+            rank = np.concatenate([rank, np.zeros(num_groups - len(rank), np.int64)])
+        rank = rank[:num_groups]
+        if not rank.any():
+            return inner  # one tenant, one priority class: the policy's own sections
+        key = (num_sigs, rank.tobytes(), self.num_sections)
+        if self._key == key and self._inner is inner and self._table is not None:
+            return self._table
+        k = self.inner.num_sections
+        base = rank[None, :] * k
+        table = base + (inner if inner is not None else 0)
+        table = np.broadcast_to(table, (num_sigs, num_groups)).astype(np.int64)
+        self._key = key
+        self._inner = inner
+        self._table = table
+        return table
