@@ -112,8 +112,8 @@ def test_contending_tenants_split_devices_by_weight() -> None:
     got = contend({"a": 3.0, "b": 1.0})
     assert abs(got["a"] / sum(got.values()) - 0.75) < 0.02, got
     got = contend({"a": 1.0, "b": 2.0, "c": 1.0})
-    assert abs(got["b"] / sum(got.values()) - 0.5) < 0.02, got
-    assert abs(got["a"] - got["c"]) / sum(got.values()) < 0.02, got
+    assert abs(got["b"] / sum(got.values()) - 0.5) < 0.035, got
+    assert abs(got["a"] - got["c"]) / sum(got.values()) < 0.035, got
 
 
 def test_an_idle_tenants_share_is_lent_and_returned() -> None:
@@ -148,9 +148,10 @@ def test_higher_priority_first_inside_a_tenant_then_irs() -> None:
     assert ids[50:] == ["smaller"] * 3 + ["small"] * 5
 
 
-def test_rank_puts_the_tenant_furthest_under_its_share_first() -> None:
-    config = TenantConfig({"a": TenantShare(3.0), "b": TenantShare(1.0)})
+def test_a_tenant_under_its_share_by_more_than_the_tolerance_goes_first() -> None:
+    config = TenantConfig({"a": TenantShare(3.0), "b": TenantShare(1.0)}, tolerance=0.05)
     assert rank_tenants(["a", "b"], {"a": 70, "b": 30}, config) == {"a": 0, "b": 1}
     assert rank_tenants(["a", "b"], {"a": 80, "b": 20}, config) == {"b": 0, "a": 1}
-    assert rank_tenants(["a", "b"], {}, config) == {"a": 0, "b": 1}
+    assert rank_tenants(["a", "b"], {"a": 74, "b": 26}, config) == {"a": 0, "b": 0}
+    assert rank_tenants(["a", "b"], {}, config) == {"a": 0, "b": 0}
     assert rank_tenants(["b"], {"a": 0, "b": 100}, config) == {"b": 0}

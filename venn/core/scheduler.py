@@ -24,7 +24,7 @@ from venn.core.dispatch import DispatchTable, empty_table
 from venn.core.eligibility import EligibilityIndex
 from venn.core.fairness import Progress, demand_weight, group_queue_scale, progress_ratio
 from venn.core.matching import TailTracker, should_restrict
-from venn.core.model import Assignment, JobSpec
+from venn.core.model import Assignment, JobSpec, Requirement
 from venn.core.open_jobs import OpenJobs
 from venn.core.policies.base import Policy, PolicyView
 from venn.core.round_cursor import Applied
@@ -74,7 +74,8 @@ class Scheduler:
         self.policy = policy
         self.tenants = tenants
         self.ledger: TenantLedger | None = None
-        self._labels: list[tuple[str, int]] = []  # group -> (tenant, priority)
+        self._labels: list[tuple[str, int, int]] = []  # group -> (tenant, priority, base)
+        self._bases: dict[Requirement, int] = {}  # requirement -> its base group
         self._applied: Policy = policy  # what compiles: the policy, or it under tenants
         if tenants is not None:
             self.ledger = TenantLedger(tenants.window_s)
@@ -118,10 +119,10 @@ class Scheduler:
         if self.tenants is None:
             group = self.index.group(spec.requirement)
         else:
-            label = (spec.tenant, spec.priority)
-            group = self.index.group(spec.requirement, label)
+            base = self._bases.setdefault(spec.requirement, len(self._bases))
+            group = self.index.group(spec.requirement, (spec.tenant, spec.priority))
             if group == len(self._labels):
-                self._labels.append(label)
+                self._labels.append((spec.tenant, spec.priority, base))
         state = JobState(spec, len(self.by_idx), group, now)
         self.jobs[spec.job_id] = state
         self.by_idx.append(state)

@@ -62,6 +62,7 @@ class TenantConfig:
     default: TenantShare = TenantShare()
     window_s: float = 1800.0
     rerank_every: int = 32
+    tolerance: float = 0.05
     """While tenants contend, a job takes at most this many devices between two
     rankings (a dispatch table otherwise holds until a round fills)."""
 
@@ -80,8 +81,11 @@ class TenantLedger:
         self.used: dict[str, float] = {}
         self._log: deque[tuple[float, str, int]] = deque()
         self.total: dict[str, int] = {}  # over the whole run (reports)
+        self.history: list[tuple[float, str, int]] | None = None  # a bench sets a list
 
     def charge(self, tenant: str, count: int, now: float) -> None:
+        if self.history is not None:
+            self.history.append((now, tenant, count))
         log = self._log
         if log and log[-1][0] == now and log[-1][1] == tenant:
             t, _, c = log.pop()
@@ -103,28 +107,31 @@ class TenantLedger:
 def rank_tenants(
     active: list[str], used: Mapping[str, float], config: TenantConfig
 ) -> dict[str, int]:
-    """Rank of each tenant with open demand: ascending used over share, then name."""
+    """Band of each tenant with open demand: 0 if its used share is under its share by
+    more than ``config.tolerance`` (relative), else 1; all 0 when nobody is under."""
     if len(active) <= 1:
         return dict.fromkeys(active, 0)
     weights = {t: config.weight(t) for t in active}
     total_w = sum(weights.values())
     total_used = sum(used.get(t, 0.0) for t in active)
     if total_used <= 0:
-        order = sorted(active, key=lambda t: (-weights[t], t))  # heaviest first
-    else:
-        order = sorted(
-            active,
-            key=lambda t: ((used.get(t, 0.0) / total_used) / (weights[t] / total_w), t),
-        )
-    return {t: r for r, t in enumerate(order)}
+        return dict.fromkeys(active, 0)
+    floor = 1.0 - config.tolerance
+    under = {t: (used.get(t, 0.0) / total_used) < floor * (weights[t] / total_w) for t in active}
+    if not any(under.values()):
+        return dict.fromkeys(active, 0)
+    return {t: 0 if under[t] else 1 for t in active}
 
 
 class TenantLayer:
-    """A policy with tenant ranks and priority classes above its own sections.
+    """A policy with tenant standing and priority classes above its own sections.
 
-    ``labels[g]`` is group g's (tenant, priority) (the scheduler appends as it makes
-    groups). The section of a group's jobs for a signature is
-    ``(tenant rank * priority classes + priority rank) * inner sections + inner section``.
+    ``labels[g]`` is group g's (tenant, priority, base): base is the group of its
+    requirement alone (the scheduler appends as it makes groups). The policy plans over
+    the base groups, exactly as without tenants (its groups split by tenant would change
+    IRS's plan: a signature owned by one tenant's share of a requirement); each group's
+    section is then ``(band * priority classes + priority rank) * inner sections +`` its
+    base group's section.
     """
 
     def __init__(
@@ -132,7 +139,7 @@ class TenantLayer:
         inner: Policy,
         config: TenantConfig,
         ledger: TenantLedger,
-        labels: list[tuple[str, int]],
+        labels: list[tuple[str, int, int]],
     ) -> None:
         self.inner = inner
         self.config = config
@@ -143,6 +150,9 @@ class TenantLayer:
         self.num_sections = inner.num_sections
         self.ranks: dict[str, int] = {}
         self._group_rank = np.zeros(0, dtype=np.int64)
+        self._base = np.zeros(0, dtype=np.int64)  # group -> its base group
+        self._first = np.zeros(0, dtype=np.int64)  # base group -> its first group
+        self._merged: tuple[np.ndarray, np.ndarray] | None = None  # (sig_matrix, merged)
         self._key: tuple[object, ...] | None = None
         self._inner: np.ndarray | None = None  # the inner table ``_table`` was made from
         self._table: np.ndarray | None = None
@@ -150,11 +160,45 @@ class TenantLayer:
     def weight(self, job: JobState) -> float:
         return self.inner.weight(job)
 
+    def _bases(self, num_groups: int) -> None:
+        if len(self._base) != num_groups:
+            base = [b for _, _, b in self.labels[:num_groups]]
+            self._base = np.array(base, dtype=np.int64)
+            first: dict[int, int] = {}
+            for g, b in enumerate(base):
+                first.setdefault(b, g)
+            self._first = np.array([first[b] for b in range(len(first))], dtype=np.int64)
+
+    def base_view(self, view: PolicyView) -> PolicyView:
+        """The view over base groups (requirements): what the policy plans on."""
+        sig_matrix = view.sig_matrix
+        self._bases(sig_matrix.shape[1])
+        merged = self._merged
+        if merged is None or merged[0] is not sig_matrix:
+            merged = self._merged = (sig_matrix, sig_matrix[:, self._first])
+        base = self._base
+
+        def queues() -> tuple[list[int], list[list[float]]]:
+            groups, keys = view.group_queues()
+            by_base: dict[int, list[float]] = {}
+            for g, q in zip(groups, keys, strict=True):
+                b = int(base[g])
+                have = by_base.get(b)
+                by_base[b] = list(q) if have is None else sorted(have + list(q))
+            order = sorted(by_base)
+            return order, [by_base[b] for b in order]
+
+        scale: dict[int, float] = {}
+        for g, x in view.group_scale.items():  # fairness: a base's largest multiplier
+            b = int(base[g])
+            scale[b] = max(x, scale.get(b, x))
+        return PolicyView(merged[1], lambda: view.supply, len(view), queues, scale)
+
     def replan(self, view: PolicyView) -> None:
-        self.inner.replan(view)
+        self.inner.replan(self.base_view(view))
 
     def rerank(self, view: PolicyView) -> None:
-        """Rank the tenants with open demand by their standing now (every compile)."""
+        """Band the tenants with open demand by their standing now (every compile)."""
         groups = view.group_queues()[0] if len(view) else []
         labels = self.labels
         active = sorted({labels[g][0] for g in groups})
@@ -162,32 +206,35 @@ class TenantLayer:
         self.ranks = ranks = rank_tenants(active, self.ledger.used, self.config)
         prio_rank = {p: r for r, p in enumerate(prios)}
         classes = max(1, len(prios))
+        bands = max(ranks.values(), default=0) + 1
         # A group without open jobs has nobody to order (a round request recompiles).
         self._group_rank = np.array(
             [
                 ranks[t] * classes + prio_rank[p] if t in ranks and p in prio_rank else 0
-                for t, p in labels
+                for t, p, _ in labels
             ],
             dtype=np.int64,
         )
-        self.num_sections = self.inner.num_sections * max(1, len(active) * classes)
+        self.num_sections = self.inner.num_sections * bands * classes
 
     def section_table(self, view: PolicyView) -> np.ndarray | None:
-        inner = self.inner.section_table(view)
-        rank = self._group_rank
         num_sigs, num_groups = view.sig_matrix.shape
-        if len(rank) < num_groups:  # groups made after the last plan
+        self._bases(num_groups)
+        inner = self.inner.section_table(self.base_view(view))
+        rank = self._group_rank
+        if len(rank) < num_groups:  # groups made after the last ranking
             rank = np.concatenate([rank, np.zeros(num_groups - len(rank), np.int64)])
         rank = rank[:num_groups]
-        if not rank.any():
+        split = len(self._first) < num_groups
+        if not split and not rank.any():
             return inner  # one tenant, one priority class: the policy's own sections
         key = (num_sigs, rank.tobytes(), self.num_sections)
         if self._key == key and self._inner is inner and self._table is not None:
             return self._table
         k = self.inner.num_sections
-        base = rank[None, :] * k
-        table = base + (inner if inner is not None else 0)
-        table = np.broadcast_to(table, (num_sigs, num_groups)).astype(np.int64)
+        table = np.broadcast_to(rank[None, :] * k, (num_sigs, num_groups)).astype(np.int64)
+        if inner is not None:
+            table = table + inner[:, self._base]
         self._key = key
         self._inner = inner
         self._table = table
