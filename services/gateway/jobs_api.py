@@ -242,6 +242,9 @@ class JobsApi:
             job_id=job_id,
             **_job_fields(spec),
             token=self._event_token(job_id, subject),
+            # The job's tenant is its token's owner (venn.core.tenants).
+            tenant=subject if claims is not None else None,
+            priority=spec.priority or None,
         )
         await self._publish(event)
         await self._seen(lambda: self._registered(job_id))
@@ -310,6 +313,7 @@ class JobsApi:
                     workload_s=req.workload_s,
                     submit_token=queued.submit_token,
                     token=self._event_token(req.job_id, owner),
+                    tenant=queued.owner,
                 )
             )
             await self._seen(partial(self._registered, req.job_id))

@@ -36,7 +36,14 @@ from venn.core.model import DEFAULT_TENANT
 from venn.core.policies.base import Policy, PolicyView
 from venn.core.state import JobState
 
-__all__ = ["DEFAULT_TENANT", "TenantConfig", "TenantLayer", "TenantLedger", "TenantShare"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "TenantConfig",
+    "TenantLayer",
+    "TenantLedger",
+    "TenantShare",
+    "parse_tenants",
+]
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,21 @@ class TenantConfig:
 
     def weight(self, tenant: str) -> float:
         return self.share_of(tenant).weight
+
+
+def parse_tenants(text: str) -> dict[str, TenantShare]:
+    """``team-a=3,team-b=1:500`` -> each tenant's share (weight, max open demand)."""
+    out: dict[str, TenantShare] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, rest = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"a tenant is name=weight[:max_open_demand], not {item!r}")
+        weight, _, cap = rest.partition(":")
+        out[name.strip()] = TenantShare(float(weight), int(cap) if cap.strip() else 0)
+    return out
 
 
 class TenantLedger:
