@@ -270,6 +270,14 @@ class TenantSettings:
         "their eligible devices first; above it the policy alone orders them.",
     )
 
+    rerank_every: int = setting(
+        "VENN_TENANT_RERANK_EVERY",
+        32,
+        "While tenants contend, a job takes at most this many devices between two rankings "
+        "of the tenants' standing (lower: shares follow the weights more closely, at more "
+        "table compiles).",
+    )
+
     def config(self) -> TenantConfig | None:
         """The core's tenant configuration; None when no tenant is configured."""
         if not self.tenants.strip():
@@ -279,6 +287,7 @@ class TenantSettings:
             TenantShare(self.default_weight),
             window_s=self.window_s,
             tolerance=self.tolerance,
+            rerank_every=self.rerank_every,
         )
 
 
