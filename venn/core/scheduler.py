@@ -491,19 +491,22 @@ class Scheduler:
             # the plan has not seen.
             self._mark(replan=True)
 
-    def assign_many(self, idx: int, count: int, fill_time: float) -> None:
+    def assign_many(
+        self, idx: int, count: int, fill_time: float, at: float | None = None
+    ) -> None:
         """Account ``count`` assignments decided with the current table for job ``idx``.
 
-        ``fill_time`` is the time of the assignment that would fill the demand.
+        ``fill_time`` is the time of the assignment that would fill the demand (0 if none
+        does); ``at`` the time of the last of them (the tenants' use is counted then).
         """
-        self._take(self.by_idx[idx], count, fill_time)
+        self._take(self.by_idx[idx], count, fill_time, at)
 
-    def _take(self, js: JobState, count: int, now: float) -> None:
+    def _take(self, js: JobState, count: int, now: float, at: float | None = None) -> None:
         js.remaining -= count
         js.assigned += count
         js.service += count
         if self.ledger is not None:
-            self.ledger.charge(js.spec.tenant, count, now)
+            self.ledger.charge(js.spec.tenant, count, now if at is None else at)
         idx = js.idx
         self.open.touched.add(idx)
         budget = self._table.budget
