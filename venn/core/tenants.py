@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from venn.core.model import DEFAULT_TENANT
+from venn.core.model import DEFAULT_TENANT, JobSpec, Requirement
 from venn.core.policies.base import Policy, PolicyView
 from venn.core.state import JobState
 
@@ -178,6 +178,13 @@ class TenantLayer:
         self._key: tuple[object, ...] | None = None
         self._inner: np.ndarray | None = None  # the inner table ``_table`` was made from
         self._table: np.ndarray | None = None
+        self.bases: dict[Requirement, int] = {}  # requirement -> its base group
+
+    def label(self, group: int, spec: JobSpec) -> None:
+        """File a group the scheduler made for ``spec`` (its first job) or found."""
+        if group == len(self.labels):
+            base = self.bases.setdefault(spec.requirement, len(self.bases))
+            self.labels.append((spec.tenant, spec.priority, base))
 
     def weight(self, job: JobState) -> float:
         return self.inner.weight(job)
