@@ -79,8 +79,6 @@ class Scheduler:
         if tenants is not None:
             self.layer = TenantLayer(policy, tenants, TenantLedger(tenants.window_s), [])
             self._applied = self.layer
-            # Only a scheduler with tenants pays for counting their use, per decision.
-            self._take = self._take_charged  # type: ignore[method-assign]
         self.tiers = tiers
         self.restrict_contested = restrict_contested
         self._overlap = np.zeros((0, 0), dtype=bool)  # groups sharing a signature
@@ -247,7 +245,7 @@ class Scheduler:
         js.assigned += 1
         js.service += 1
         if self.layer is not None:
-            self.layer.ledger.charge(js.spec.tenant, 1, now)
+            self.layer.ledger.charge(js.spec.tenant, 1)
         self.open.touch(js.idx)
         if js.remaining <= 0:
             js.filled_at = now
@@ -499,26 +497,20 @@ class Scheduler:
             # the plan has not seen.
             self._mark(replan=True)
 
-    def assign_many(self, idx: int, count: int, fill_time: float, at: float | None = None) -> None:
+    def assign_many(self, idx: int, count: int, fill_time: float) -> None:
         """Account ``count`` assignments decided with the current table for job ``idx``.
 
-        ``fill_time`` is the time of the assignment that would fill the demand (0 if none
-        does); ``at`` the time of the last of them (the tenants' use is counted then).
+        ``fill_time`` is the time of the assignment that would fill the demand.
         """
-        js = self.by_idx[idx]
-        if self.layer is not None:
-            self.layer.ledger.charge(js.spec.tenant, count, fill_time if at is None else at)
-        self._account(js, count, fill_time)
-
-    def _take_charged(self, js: JobState, count: int, now: float) -> None:
-        """``_take`` with tenants: their use is counted too."""
-        self.layer.ledger.charge(js.spec.tenant, count, now)  # type: ignore[union-attr]
-        self._account(js, count, now)
+        self._take(self.by_idx[idx], count, fill_time)
 
     def _take(self, js: JobState, count: int, now: float) -> None:
         js.remaining -= count
         js.assigned += count
         js.service += count
+        layer = self.layer
+        if layer is not None:  # tenants: a count, filed at the next compile
+            layer.ledger.charge(js.spec.tenant, count)
         idx = js.idx
         self.open.touched.add(idx)
         budget = self._table.budget
@@ -532,8 +524,6 @@ class Scheduler:
             self._dirty = self._replan = True
         elif left <= 0:
             self._dirty = True
-
-    _account = _take  # the bookkeeping alone (``_take`` may be the charged one)
 
     # -- compilation -----------------------------------------------------------------
     def _mark(self, replan: bool) -> None:

@@ -96,31 +96,39 @@ def parse_tenants(text: str) -> dict[str, TenantShare]:
 
 
 class TenantLedger:
-    """Devices assigned per tenant over a sliding window of scheduler time."""
+    """Devices assigned per tenant over a sliding window of scheduler time.
+
+    A decision only adds to ``pending``; the scheduler files what is pending at its next
+    table compile (``expire``), where standing is read: a decision stays cheap, and use
+    is timed by the compiles (a table holds at most ``rerank_every`` assignments of a job
+    while tenants contend)."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self.used: dict[str, float] = {}
+        self.pending: dict[str, int] = {}
         self._log: deque[tuple[float, str, int]] = deque()
         self.total: dict[str, int] = {}  # over the whole run (reports)
         self.history: list[tuple[float, str, int]] | None = None  # a bench sets a list
 
-    def charge(self, tenant: str, count: int, now: float) -> None:
-        if self.history is not None:
-            self.history.append((now, tenant, count))
-        log = self._log
-        if log and log[-1][0] == now and log[-1][1] == tenant:
-            t, _, c = log.pop()
-            log.append((t, tenant, c + count))
-        else:
-            log.append((now, tenant, count))
-        self.used[tenant] = self.used.get(tenant, 0.0) + count
-        self.total[tenant] = self.total.get(tenant, 0) + count
+    def charge(self, tenant: str, count: int) -> None:
+        pending = self.pending
+        pending[tenant] = pending.get(tenant, 0) + count
 
     def expire(self, now: float) -> None:
+        """File what is pending as used at ``now`` and drop what left the window."""
         log = self._log
-        cutoff = now - self.window_s
         used = self.used
+        if self.pending:
+            total = self.total
+            for tenant, count in self.pending.items():
+                log.append((now, tenant, count))
+                used[tenant] = used.get(tenant, 0.0) + count
+                total[tenant] = total.get(tenant, 0) + count
+                if self.history is not None:
+                    self.history.append((now, tenant, count))
+            self.pending = {}
+        cutoff = now - self.window_s
         while log and log[0][0] < cutoff:
             _, tenant, count = log.popleft()
             used[tenant] -= count

@@ -421,7 +421,6 @@ class Simulation:
         sched = self.sched
         by_idx = sched.by_idx
         assigned = 0
-        last = self.now  # the step's first check-in: a step ends at the next timed event
         for (job, kept, failed, start), close_at in zip(
             out[:jobs].tolist(), kth[:jobs].tolist(), strict=True
         ):
@@ -429,7 +428,7 @@ class Simulation:
                 continue
             r = by_idx[job].remaining
             fill_at = tl[int(grouped[start + r - 1])] if kept >= r else 0.0
-            sched.assign_many(job, kept, fill_at, last)
+            sched.assign_many(job, kept, fill_at)
             assigned += kept
             lr = live_of[job]
             assert lr is not None
