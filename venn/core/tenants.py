@@ -9,18 +9,20 @@ assigned stays assigned until its task ends).
 What a tenant *used* is the devices assigned to its jobs over a sliding window of
 ``window_s`` seconds. Device-assignments, not device time: the core knows an assignment
 when it makes it, while a task's device time is known only when it ends (up to a round
-deadline later, or never for a device that drops out), and the Table 1 jobs' tasks take
-about as long whichever tenant runs them (``bench/tenants_bench.py`` reports both).
+deadline later, or never for a device that drops out), and every job of the Table 1
+workloads declares the same task time, so assignments are device time up to the devices'
+speeds. The window is not in the scheduler's snapshots: a restarted scheduler starts it
+empty.
 
-At each table compile the tenants with open demand are ranked by used over share
-(ascending: the one furthest under its share first). A device's candidates are then
-ordered by (tenant rank, priority class, the policy's own section, the policy's order):
-a tenant under its share gets its eligible devices first, and inside a tenant a higher
-priority class goes first, then the policy (IRS) as without tenants. The layer only
-reorders sections of the compiled table, so a decision costs what it did; the groups
-of the IRS problem are split by (requirement, tenant, priority), so with one tenant and
-one priority class the groups, sections and decisions are exactly those of the policy
-alone.
+At each table compile the tenants with open demand fall in two bands: 0 for those whose
+used share is under their share by more than ``tolerance`` (relative), 1 for the others
+(all 0 when nobody is under). A device's candidates are then ordered by (band, priority
+class, the policy's own section, the policy's order): a tenant under its share gets its
+eligible devices first, a higher priority class goes first inside a band, then the policy
+(IRS) as without tenants. The policy plans over the requirements (groups merged back), so
+its plan is the tenant-blind one; the layer only reorders sections of the compiled table.
+With one tenant and one priority class the sections, and so the decisions, are exactly
+those of the policy alone.
 """
 
 from __future__ import annotations
