@@ -24,23 +24,33 @@ from rich.table import Table
 
 from venn.core import JobSpec, Requirement, Scheduler, make_scheduler
 from venn.core.irs import irs_plan
+from venn.core.model import DEFAULT_TENANT
+from venn.core.tenants import TenantConfig, TenantShare
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results" / "bench" / "core.json"
 SIZES = ((100, 10), (100, 100), (1000, 10), (1000, 100))
 MOVING = 5  # check-ins between two plan events in the moving-window columns
+TENANTS = 0  # --tenants: jobs dealt round-robin to this many equal tenants (0: tenant-blind)
 
 
 def build(policy: str, jobs: int, groups: int, seed: int = 0) -> tuple[Scheduler, list[int]]:
     """``jobs`` jobs over ``groups`` requirements, each with an open round, and a full
     supply window."""
     rng = np.random.default_rng(seed)
-    sched = make_scheduler(policy, seed=seed)
+    names = [f"t{i}" for i in range(TENANTS)]
+    config = TenantConfig({t: TenantShare(1.0) for t in names}) if TENANTS else None
+    sched = make_scheduler(policy, seed=seed, tenants=config)
     # Groups: thresholds on two attributes, so eligible sets overlap in many ways.
     levels = [(float(a), float(b)) for a in range(1, 11) for b in range(1, 11)][:groups]
     for j in range(jobs):
         cpu, mem = levels[j % groups]
         spec = JobSpec(
-            f"j{j}", Requirement.of(cpu=cpu, memory=mem), int(rng.integers(20, 500)), 100, 600.0
+            f"j{j}",
+            Requirement.of(cpu=cpu, memory=mem),
+            int(rng.integers(20, 500)),
+            100,
+            600.0,
+            tenant=names[j % TENANTS] if TENANTS else DEFAULT_TENANT,
         )
         sched.add_job(spec, 0.0)
         sched.request_round(spec.job_id, 0, 0.0)
@@ -134,7 +144,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5, help="best of this many runs")
     ap.add_argument("--no-write", action="store_true", help=f"print only (not {OUT.name})")
+    ap.add_argument(
+        "--tenants", type=int, default=0, help="jobs dealt to this many equal tenants (0: none)"
+    )
     args = ap.parse_args()
+    global TENANTS
+    TENANTS = args.tenants
     plans: list[dict[str, object]] = []
     rates_by_policy: dict[str, float] = {}
     compiles_by_policy: dict[str, float] = {}
@@ -142,6 +157,7 @@ def main() -> None:
         "clock": "process_time (CPU), best of repeats",
         "moving_checkins_between_events": MOVING,
         "repeats": args.repeats,
+        "tenants": args.tenants,
         "plan": plans,
         "checkin_per_s": rates_by_policy,
         "compiles_per_1000_checkins": compiles_by_policy,

@@ -35,6 +35,7 @@ from venn.fields import (
     Offset,
     Partition,
     PosDuration,
+    Priority,
     RoundCount,
     RoundIndex,
     Rounds,
@@ -86,7 +87,10 @@ class DeviceCheckin(Event, tag="device_checkin", frozen=True):
     scheduler does not count it again."""
 
 
-class JobRegistered(Event, tag="job_registered", frozen=True):
+class JobRegistered(Event, tag="job_registered", frozen=True, kw_only=True):
+    version: ClassVar[int] = 2
+
+    schema_version: Literal[1, 2] = 2  # type: ignore[assignment]
     job_id: Id
     requirement: Attrs
     demand: Demand
@@ -98,6 +102,11 @@ class JobRegistered(Event, tag="job_registered", frozen=True):
     is a no-op; another registration of the job id (another token) is refused."""
     token: Token | None = None
     """The job owner's API token (required when the deployment authenticates)."""
+    tenant: Id | None = None
+    """The tenant the job belongs to (v2): the job API stamps its token's owner. None in
+    v1 events and without authentication: the default tenant."""
+    priority: Priority | None = None
+    """Its priority class inside the tenant (v2), higher first; None: 0."""
 
 
 class RoundRequested(Event, tag="round_requested", frozen=True):

@@ -78,6 +78,8 @@ Count = Annotated[int, msgspec.Meta(ge=0, le=DEMAND_MAX)]
 Rounds = Annotated[int, msgspec.Meta(ge=1, le=ROUNDS_MAX)]
 RoundCount = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
 RoundIndex = Annotated[int, msgspec.Meta(ge=0, le=INDEX_MAX)]
+Priority = Annotated[int, msgspec.Meta(ge=-1000, le=1000)]
+"""A job's priority class inside its tenant (higher first; venn.core.tenants)."""
 SignedIndex = Annotated[int, msgspec.Meta(ge=-1, le=INDEX_MAX)]
 """A round index or label where -1 means none yet."""
 Total = Annotated[int, msgspec.Meta(ge=0, le=ROUNDS_MAX * DEMAND_MAX)]

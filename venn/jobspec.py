@@ -9,6 +9,7 @@ JSON or YAML (YAML is a superset of JSON), one mapping:
     deadline_s: 600           # per round
     workload_s: 30            # optional: expected on-device time of a task
     submit_token: 7f3a...     # optional: the same token again is the same submission
+    priority: 1               # optional: priority class inside the owner's tenant (0)
 
 The bounds are the events' own (`venn.fields`), so a spec that parses here is a valid
 JobRegistered. The document itself is bounded before anything is built from it (issue 26,
@@ -27,7 +28,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from venn.fields import Attrs, Demand, Duration, Id, PosDuration, Rounds, Timestamp
+from venn.fields import Attrs, Demand, Duration, Id, PosDuration, Priority, Rounds, Timestamp
 
 SPEC_MAX_BYTES = 16384
 SPEC_MAX_DEPTH = 8
@@ -55,6 +56,8 @@ class JobSubmission(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     workload_s: Duration = 30.0
     job_id: Id | None = None
     submit_token: Id | None = None
+    priority: Priority = 0
+    """Its priority class inside its tenant (higher first; `venn.core.tenants`)."""
     finish_by: Timestamp | None = None
     """When the job must be done (seconds, the epoch): a submission whose completion
     estimate misses it is refused (`venn.core.admission`)."""

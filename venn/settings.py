@@ -16,6 +16,7 @@ from typing import Any
 
 from venn.broker.security import MECHANISM, Credentials, client_options
 from venn.broker.tuning import ClientTuning, tuning_for
+from venn.core.tenants import TenantConfig, TenantShare, parse_tenants
 
 
 def setting(env: str, default: str | int | float | bool, doc: str, secret: bool = False) -> Any:
@@ -238,6 +239,56 @@ class AdmissionSettings:
         1.0,
         "How often a gateway looks whether a queued job can be admitted.",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSettings:
+    """Tenants, their shares and priority classes (`venn.core.tenants`), applied by the
+    scheduler on top of its policy. A job's tenant is its token's owner; its priority class
+    is its spec's ``priority``."""
+
+    tenants: str = setting(
+        "VENN_TENANTS",
+        "",
+        "Tenants and their weights, as name=weight[:max_open_demand] separated by commas "
+        "(team-a=3,team-b=1:500). Empty: tenant-blind (the policy alone decides; job "
+        "priorities are ignored). A tenant not listed has VENN_TENANT_DEFAULT_WEIGHT.",
+    )
+    default_weight: float = setting(
+        "VENN_TENANT_DEFAULT_WEIGHT", 1.0, "Weight of a tenant VENN_TENANTS does not list."
+    )
+    window_s: float = setting(
+        "VENN_TENANT_WINDOW_S",
+        1800.0,
+        "The sliding window over which a tenant's use (devices assigned to its jobs) is "
+        "compared with its share.",
+    )
+    tolerance: float = setting(
+        "VENN_TENANT_TOLERANCE",
+        0.05,
+        "How far (relative) a tenant's use may fall under its share before its jobs get "
+        "their eligible devices first; above it the policy alone orders them.",
+    )
+
+    rerank_every: int = setting(
+        "VENN_TENANT_RERANK_EVERY",
+        32,
+        "While tenants contend, a job takes at most this many devices between two rankings "
+        "of the tenants' standing (lower: shares follow the weights more closely, at more "
+        "table compiles).",
+    )
+
+    def config(self) -> TenantConfig | None:
+        """The core's tenant configuration; None when no tenant is configured."""
+        if not self.tenants.strip():
+            return None
+        return TenantConfig(
+            parse_tenants(self.tenants),
+            TenantShare(self.default_weight),
+            window_s=self.window_s,
+            tolerance=self.tolerance,
+            rerank_every=self.rerank_every,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,6 +544,9 @@ class Settings:
     )
     admission: AdmissionSettings = field(
         default_factory=AdmissionSettings, metadata={"section": AdmissionSettings}
+    )
+    tenants: TenantSettings = field(
+        default_factory=TenantSettings, metadata={"section": TenantSettings}
     )
     cli: CliSettings = field(default_factory=CliSettings, metadata={"section": CliSettings})
     flower: FlowerSettings = field(

@@ -10,6 +10,8 @@ take them once).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from services.gateway.demand import DemandView
 from venn import events as ev
 from venn.core.admission import (
@@ -23,10 +25,10 @@ from venn.core.admission import (
     supply_seen,
 )
 from venn.core.lifecycle import JobLife
-from venn.core.model import JobSpec, Requirement
+from venn.core.model import DEFAULT_TENANT, JobSpec, Requirement
 from venn.core.status import SchedulerStatus
 from venn.jobspec import JobSubmission
-from venn.settings import AdmissionSettings
+from venn.settings import AdmissionSettings, TenantSettings
 
 STATUS_FRESH_S = 15.0
 """An older snapshot judges no supply and makes no estimate."""
@@ -40,8 +42,20 @@ def _needed(demand: int) -> int:
     return JobSpec("x", Requirement(), demand, 1, 1.0).results_needed
 
 
+def tenant_cap(settings: TenantSettings, tenant: str) -> int:
+    """The most open demand ``tenant``'s jobs may ask together (0: no cap)."""
+    config = settings.config()
+    return config.share_of(tenant).max_open_demand if config is not None else 0
+
+
 def request_of(
-    spec: JobSubmission, job_id: str, finish_by: float | None, queue: bool, accept_late: bool
+    spec: JobSubmission,
+    job_id: str,
+    finish_by: float | None,
+    queue: bool,
+    accept_late: bool,
+    tenant: str = DEFAULT_TENANT,
+    cap: int = 0,
 ) -> Request:
     return Request(
         job_id,
@@ -54,11 +68,14 @@ def request_of(
         finish_by if finish_by is not None else spec.finish_by,
         queue,
         accept_late,
+        tenant,
+        cap,
     )
 
 
-def queued_request(event: ev.JobAdmission) -> Request | None:
-    """The submission a queued decision holds (None: it holds none)."""
+def queued_request(event: ev.JobAdmission, cap_of: Callable[[str], int]) -> Request | None:
+    """The submission a queued decision holds (None: it holds none); its tenant is the
+    owner who queued it, capped by ``cap_of``."""
     if event.requirement is None or event.demand is None or event.rounds is None:
         return None
     if event.deadline_s is None:
@@ -72,6 +89,8 @@ def queued_request(event: ev.JobAdmission) -> Request | None:
         event.deadline_s,
         event.workload_s or 0.0,
         queue=True,
+        tenant=event.owner or DEFAULT_TENANT,
+        tenant_cap=cap_of(event.owner or DEFAULT_TENANT),
     )
 
 
@@ -82,7 +101,12 @@ def load_of(view: DemandView) -> Load:
         for life in view.book.jobs.values()
         if life.registered is not None and not life.ended
     ]
-    return Load(len(running), sum(reg.demand for reg in running if reg is not None))
+    by_tenant: dict[str, int] = {}
+    for reg in running:
+        if reg is not None:
+            tenant = reg.tenant or DEFAULT_TENANT
+            by_tenant[tenant] = by_tenant.get(tenant, 0) + reg.demand
+    return Load(len(running), sum(by_tenant.values()), by_tenant)
 
 
 def fresh(status: SchedulerStatus | None, now: float) -> SchedulerStatus | None:
@@ -100,13 +124,19 @@ def judge(
 
 
 def due(
-    view: DemandView, status: SchedulerStatus | None, limits: Limits, now: float
+    view: DemandView,
+    status: SchedulerStatus | None,
+    limits: Limits,
+    now: float,
+    cap_of: Callable[[str], int] = lambda tenant: 0,
 ) -> list[tuple[JobLife, Request]]:
     """The queued jobs to admit now, in the order they were queued."""
     status = fresh(status, now)
     waiting = [life for life in view.book.jobs.values() if life.waiting_admission]
     waiting.sort(key=lambda life: (life.queued.time if life.queued else 0.0, life.job_id))
-    pairs = [(life, queued_request(life.queued)) for life in waiting if life.queued is not None]
+    pairs = [
+        (life, queued_request(life.queued, cap_of)) for life in waiting if life.queued is not None
+    ]
     requests = {r.job_id: life for life, r in pairs if r is not None}
     chosen = next_admissions(
         [r for _, r in pairs if r is not None],

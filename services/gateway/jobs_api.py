@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from services.gateway.admission_gate import due, judge, limits_of, request_of
+from services.gateway.admission_gate import due, judge, limits_of, request_of, tenant_cap
 from services.gateway.context import BrokerUnavailable, GatewayContext, NoJobsPrincipal
 from services.gateway.http import json_response, refused
 from services.gateway.job_view import job_list, job_summary, plan_of, supply_of
@@ -45,6 +45,7 @@ from venn.auth import AuthError, Claims, bearer
 from venn.auth.tokens import Kind
 from venn.core.admission import Limits
 from venn.core.lifecycle import JobLife
+from venn.core.model import DEFAULT_TENANT
 from venn.jobspec import JobSpecError, JobSubmission, parse_job_spec
 
 log = logging.getLogger("venn.gateway.jobs")
@@ -204,7 +205,9 @@ class JobsApi:
         now = time.time()
         finish_by = _number(query, "finish_by")
         queue, accept_late = _flag(query, "queue"), _flag(query, "accept_late")
-        req = request_of(spec, job_id, finish_by, queue, accept_late)
+        tenant = subject if claims is not None else DEFAULT_TENANT
+        cap = tenant_cap(self.ctx.settings.tenants, tenant)
+        req = request_of(spec, job_id, finish_by, queue, accept_late, tenant, cap)
         decision = judge(req, self.ctx.view, self.ctx.status(), self.limits, now)
         attempt = spec.submit_token or uuid.uuid4().hex
         said = f"{decision.reason}: {decision.detail}"
@@ -242,6 +245,9 @@ class JobsApi:
             job_id=job_id,
             **_job_fields(spec),
             token=self._event_token(job_id, subject),
+            # The job's tenant is its token's owner (venn.core.tenants).
+            tenant=subject if claims is not None else None,
+            priority=spec.priority or None,
         )
         await self._publish(event)
         await self._seen(lambda: self._registered(job_id))
@@ -288,7 +294,8 @@ class JobsApi:
         if not self.ctx.view_ready():
             return 0
         admitted = 0
-        for life, req in due(self.ctx.view, self.ctx.status(), self.limits, time.time()):
+        caps = partial(tenant_cap, self.ctx.settings.tenants)
+        for life, req in due(self.ctx.view, self.ctx.status(), self.limits, time.time(), caps):
             queued = life.queued
             if queued is None:
                 continue
@@ -310,6 +317,7 @@ class JobsApi:
                     workload_s=req.workload_s,
                     submit_token=queued.submit_token,
                     token=self._event_token(req.job_id, owner),
+                    tenant=queued.owner,
                 )
             )
             await self._seen(partial(self._registered, req.job_id))

@@ -143,7 +143,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
 
     faust_parts = FaustPartitions(app)
     readback = ReadBack(lambda p: faust_parts.next_offset((topics.ASSIGNMENTS, p)))
-    state = SchedulerState(config, FaustStore.create(app, partitions, owned), readback)
+    store = FaustStore.create(app, partitions, owned)
+    state = SchedulerState(config, store, readback, settings.tenants.config())
     held: set[int] = set()
 
     async def expect_readback(generation: int) -> None:

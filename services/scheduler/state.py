@@ -57,10 +57,11 @@ from venn.broker.stream import Refused
 from venn.checkin_columns import CheckinColumns
 from venn.core import make_scheduler
 from venn.core.capacity import proxies_of, proxy_of
-from venn.core.model import JobSpec, Requirement
+from venn.core.model import DEFAULT_TENANT, JobSpec, Requirement
 from venn.core.scheduler import Scheduler
 from venn.core.snapshot import JobSnapshot, decode_snapshot, restore_job, snapshot_job
 from venn.core.supply import AttributeMix, SlotCounts
+from venn.core.tenants import TenantConfig
 from venn.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
@@ -93,8 +94,10 @@ class SchedulerState:
         config: SchedulerSettings,
         store: SchedulerStore,
         readback: ReadBack | None = None,
+        tenants: TenantConfig | None = None,
     ) -> None:
         self.config = config
+        self.tenants = tenants
         self.store = store
         self.recent = RecentIds(config.dedupe_window)
         self.core = self._new_core()
@@ -128,7 +131,9 @@ class SchedulerState:
         # Supply comes as counts: gateways report what they receive (most of which they
         # answer themselves); check-ins no gateway counted are counted here (``direct``).
         self.direct = SlotCounts(time.time())
-        return make_scheduler(self.config.policy, seed=self.config.seed, supply_reports=True)
+        return make_scheduler(
+            self.config.policy, seed=self.config.seed, supply_reports=True, tenants=self.tenants
+        )
 
     # -- supply ------------------------------------------------------------------------
     def on_supply_report(self, event: ev.SupplyReport, now: float) -> None:
@@ -311,6 +316,8 @@ class SchedulerState:
                 event.deadline_s,
                 arrival=event.time,
                 workload_s=event.workload_s,
+                tenant=event.tenant or DEFAULT_TENANT,
+                priority=event.priority or 0,
             )
             if self.core.add_job(spec, now):
                 self._save(event.job_id, partition, submit_token=event.submit_token)

@@ -90,6 +90,26 @@ def test_limits_refuse_or_queue() -> None:
     assert decide(request(), Load(50, 5000), seen, Limits(), never).verdict == "admitted"
 
 
+def test_a_tenants_cap_on_open_demand_refuses_or_queues_its_jobs_only() -> None:
+    seen = SupplySeen(500, 1000, 2.0)
+    load = Load(1, 30, {"team-a": 30})
+    capped = request(demand=25, tenant="team-a", tenant_cap=50)
+    refused = decide(capped, load, seen, Limits(), never)
+    assert (refused.verdict, refused.reason) == ("refused", "tenant_demand_limit")
+    assert refused.counts["tenant_open_demand"] == 30
+    queued = decide(request(demand=25, tenant="team-a", tenant_cap=50, queue=True), load, seen,
+                    Limits(), never)  # fmt: skip
+    assert (queued.verdict, queued.reason) == ("queued", "tenant_demand_limit")
+    other = request(demand=25, tenant="team-b", tenant_cap=50)
+    assert decide(other, load, seen, Limits(), never).verdict == "admitted"
+    fits = request(demand=20, tenant="team-a", tenant_cap=50)
+    assert decide(fits, load, seen, Limits(), never).verdict == "admitted"
+    # From the queue: the second team-a job would pass the cap; it waits.
+    queue = [fits, request("second", demand=20, tenant="team-a", tenant_cap=50)]
+    admitted = next_admissions(queue, load, lambda r: seen, Limits())
+    assert [r.job_id for r in admitted] == ["new"]
+
+
 def test_finish_by_refuses_with_the_estimate_or_admits_with_a_warning() -> None:
     status = snapshot(running=1)
     req = request(finish_by=status.time + 10.0)

@@ -94,6 +94,24 @@ def test_the_rule_names_the_job_and_the_kind() -> None:
     assert verdict(authorized(None), cancel("a-1", None), now) == "ok"
 
 
+def test_a_registration_names_its_owners_tenant_only() -> None:
+    now = time.time()
+    check = authorized(TOKENS)
+    a = TOKENS.issue("job", "team-a", jobs=["a-*"], ttl_s=600)
+
+    def register(tenant: str | None, token: str) -> ev.JobRegistered:
+        return ev.JobRegistered(
+            event_id=f"r-{tenant}", time=now, job_id="a-1", requirement={}, demand=1,
+            rounds=1, deadline_s=60.0, workload_s=1.0, token=token, tenant=tenant,
+        )  # fmt: skip
+
+    assert verdict(check, register("team-a", a), now) == "ok"
+    assert verdict(check, register(None, a), now) == "ok"
+    assert "forbidden" in verdict(check, register("team-b", a), now)
+    admin = TOKENS.issue("admin", "operator", ttl_s=600)
+    assert verdict(check, register("team-b", admin), now) == "ok"
+
+
 def test_a_revocation_refuses_the_events_stored_after_it_only() -> None:
     now = time.time()
     tokens = Tokens(secrets.token_urlsafe(32))

@@ -3,7 +3,8 @@ venn.rounds (the scheduler, the recorder, the gateway's views, a coordinator's r
 
 - a job owner's event (register, round request, heartbeat, cancel, close, finish) needs a
   token of kind ``job`` that names its job (or an ``admin`` token); Venn's own (an
-  expiry, an admission decision) needs an ``admin`` token;
+  expiry, an admission decision) needs an ``admin`` token; a registration's tenant, if
+  it names one, is the job token's owner (its subject);
 - the token is judged at the time the event was produced, not when it is read: signed
   with the deployment's secret, unexpired and unrevoked *then*. A consumer that was down
   or lags, and a replay from offset 0, so reach the verdict a reader at the time did.
@@ -19,7 +20,7 @@ as before (`venn.broker.stream.produced_at`).
 from __future__ import annotations
 
 from venn import events as ev
-from venn.auth.tokens import Claims, Tokens
+from venn.auth.tokens import AuthError, Claims, Tokens
 
 JOB_EVENTS = (
     ev.JobRegistered,
@@ -49,4 +50,8 @@ def check_job_event(
         return None
     claims = tokens.check(event.token, "job", at=at)
     claims.require_job(event.job_id)
+    tenant = event.tenant if isinstance(event, ev.JobRegistered) else None
+    if tenant is not None and claims.kind != "admin" and tenant != claims.subject:
+        # A job's tenant is its owner's: a job token cannot spend another tenant's share.
+        raise AuthError(403, "forbidden", f"this token may not register for tenant {tenant!r}")
     return claims

@@ -20,7 +20,7 @@ Pure: the caller brings the scheduler's latest snapshot and the running jobs' lo
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from venn.core.eligibility import EligibilityIndex
 from venn.core.estimate import JobLoad, SupplyView, completion_times
-from venn.core.model import Requirement
+from venn.core.model import DEFAULT_TENANT, Requirement
 from venn.core.status import SchedulerStatus
 
 Verdict = Literal["admitted", "queued", "refused"]
@@ -38,6 +38,7 @@ Reason = Literal[
     "too_little_supply",
     "running_jobs_limit",
     "open_demand_limit",
+    "tenant_demand_limit",
     "finish_by_missed",
 ]
 
@@ -66,6 +67,9 @@ class Request:
     finish_by: float | None = None
     queue: bool = False
     accept_late: bool = False
+    tenant: str = DEFAULT_TENANT
+    tenant_cap: int = 0
+    """The most open demand its tenant's jobs may ask together (0: no cap)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class Load:
     running: int
     open_demand: int
     """The sum of their demands per round."""
+    by_tenant: Mapping[str, int] = field(default_factory=dict)
+    """The same sum per tenant."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,14 @@ def limit_problem(req: Request, load: Load, limits: Limits) -> Decision | None:
             f"{req.demand} that passes the limit of {limits.max_open_demand}"
         )
         return Decision("refused", "open_demand_limit", detail, counts=counts)
+    held = load.by_tenant.get(req.tenant, 0)
+    if req.tenant_cap and held + req.demand > req.tenant_cap:
+        counts["tenant_open_demand"] = held
+        detail = (
+            f"tenant {req.tenant}'s running jobs ask {held} devices per round, with this "
+            f"job's {req.demand} that passes its cap of {req.tenant_cap}"
+        )
+        return Decision("refused", "tenant_demand_limit", detail, counts=counts)
     return None
 
 
@@ -201,13 +215,15 @@ def next_admissions(
     pass, so that a later, smaller job does not overtake it for ever."""
     out = []
     running, demand = load.running, load.open_demand
+    by_tenant = dict(load.by_tenant)
     for req in queued:
         if supply_problem(req, seen_of(req.requirement), limits) is not None:
             continue
-        if limit_problem(req, Load(running, demand), limits) is not None:
+        if limit_problem(req, Load(running, demand, by_tenant), limits) is not None:
             break
         out.append(req)
         running, demand = running + 1, demand + req.demand
+        by_tenant[req.tenant] = by_tenant.get(req.tenant, 0) + req.demand
     return out
 
 

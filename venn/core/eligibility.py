@@ -41,7 +41,7 @@ class EligibilityIndex:
     def __init__(self) -> None:
         self._slot_of_key: dict[Hashable, int] = {}
         self._slot_attrs: list[Mapping[str, float]] = []
-        self._group_of_req: dict[Requirement, int] = {}
+        self._group_of_req: dict[Hashable, int] = {}
         self._cuts: dict[str, list[float]] = {}  # attribute -> sorted thresholds on it
         self._slot_of_vector: dict[Hashable, int] = {}  # slots_for's attribute sets
         self.requirements: list[Requirement] = []
@@ -52,12 +52,15 @@ class EligibilityIndex:
         self._dirty = True
 
     # -- registration ---------------------------------------------------------------
-    def group(self, requirement: Requirement) -> int:
-        """Group id of a requirement, creating the group on first sight."""
-        gid = self._group_of_req.get(requirement)
+    def group(self, requirement: Requirement, label: Hashable = None) -> int:
+        """Group id of a requirement, creating the group on first sight. Jobs with equal
+        requirements but different ``label`` (a tenant and priority class) form
+        different groups of equal eligibility."""
+        key: Hashable = requirement if label is None else (requirement, label)
+        gid = self._group_of_req.get(key)
         if gid is None:
             gid = len(self.requirements)
-            self._group_of_req[requirement] = gid
+            self._group_of_req[key] = gid
             self.requirements.append(requirement)
             for name, minimum in requirement.thresholds:
                 cuts = self._cuts.setdefault(name, [])

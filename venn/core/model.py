@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
+DEFAULT_TENANT = "default"
+"""The tenant of a job registered without one."""
+
 # Names used by the workload YAMLs of the paper, mapped to the attribute a device reports.
 ATTRIBUTE_ALIASES: dict[str, str] = {
     "memory": "fp16_mem",
@@ -74,6 +77,8 @@ class JobSpec:
     success_ratio: float = 0.8
     tier: int = 0  # the workload's requirement tier label (1-4); informational only
     template: int = -1  # index of the workload template it was drawn from
+    tenant: str = DEFAULT_TENANT  # who owns it (its token's owner; venn.core.tenants)
+    priority: int = 0  # its priority class inside its tenant (higher first)
 
     @cached_property
     def results_needed(self) -> int:

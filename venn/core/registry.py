@@ -9,6 +9,7 @@ from venn.core.capacity import REFERENCE_CUTOFFS, TierModel
 from venn.core.policies import FifoPolicy, IrsPolicy, RandomOrderPolicy, RandomPolicy, SrsfPolicy
 from venn.core.policies.base import Policy
 from venn.core.scheduler import Scheduler
+from venn.core.tenants import TenantConfig
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ def make_scheduler(
     supply_window: int = 1000,
     supply_reports: bool = False,
     track_devices: bool = True,
+    tenants: TenantConfig | None = None,
 ) -> Scheduler:
     """Build the scheduler for a policy name (see ``POLICIES``).
 
@@ -91,5 +93,6 @@ def make_scheduler(
         supply_reports=supply_reports,
         seed=seed,
         track_devices=track_devices,
+        tenants=tenants,
         restrict_contested=spec.restrict_contested,
     )

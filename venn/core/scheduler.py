@@ -30,6 +30,7 @@ from venn.core.policies.base import Policy, PolicyView
 from venn.core.round_cursor import Applied
 from venn.core.state import JobState, mean, splitmix
 from venn.core.supply import ReportedSupply, Supply, SupplyWindow
+from venn.core.tenants import TenantConfig, TenantLayer, TenantLedger
 
 __all__ = ["JobState", "Scheduler"]
 
@@ -52,6 +53,9 @@ class Scheduler:
     to its competitors while it fills more slowly; on the contended Table 1 workloads
     their loss outweighs its gain (docs/results/reproduction.md, "Tier matching under
     contention"), while devices nobody else wants cost nobody anything.
+
+    ``tenants``: shares and priority classes on top of the policy
+    (``venn.core.tenants``); None (the default) decides exactly as the policy alone.
     """
 
     def __init__(
@@ -65,8 +69,16 @@ class Scheduler:
         seed: int = 0,
         track_devices: bool = True,
         restrict_contested: bool = False,
+        tenants: TenantConfig | None = None,
     ) -> None:
         self.policy = policy
+        # Two attributes only: past 30, CPython 3.11 stores an object's attributes in a
+        # plain dict, and every attribute read of every decision got slower (7%).
+        self.layer: TenantLayer | None = None
+        self._applied: Policy = policy  # what compiles: the policy, or it under tenants
+        if tenants is not None:
+            self.layer = TenantLayer(policy, tenants, TenantLedger(tenants.window_s), [])
+            self._applied = self.layer
         self.tiers = tiers
         self.restrict_contested = restrict_contested
         self._overlap = np.zeros((0, 0), dtype=bool)  # groups sharing a signature
@@ -94,6 +106,14 @@ class Scheduler:
         self.restricted = 0  # rounds restricted to a tier at their request
         self.lifted = 0  # of those, restrictions lifted because a competitor appeared
 
+    @property
+    def tenants(self) -> TenantConfig | None:
+        return self.layer.config if self.layer is not None else None
+
+    @property
+    def ledger(self) -> TenantLedger | None:
+        return self.layer.ledger if self.layer is not None else None
+
     # -- jobs and rounds -------------------------------------------------------------
     @property
     def num_tiers(self) -> int:
@@ -103,7 +123,13 @@ class Scheduler:
         """Register a job; a replayed registration is ignored."""
         if spec.job_id in self.jobs:
             return False
-        state = JobState(spec, len(self.by_idx), self.index.group(spec.requirement), now)
+        layer = self.layer
+        if layer is None:
+            group = self.index.group(spec.requirement)
+        else:
+            group = self.index.group(spec.requirement, (spec.tenant, spec.priority))
+            layer.label(group, spec)
+        state = JobState(spec, len(self.by_idx), group, now)
         self.jobs[spec.job_id] = state
         self.by_idx.append(state)
         self.open.touch(state.idx)
@@ -218,6 +244,8 @@ class Scheduler:
         js.remaining -= 1
         js.assigned += 1
         js.service += 1
+        if self.layer is not None:
+            self.layer.ledger.charge(js.spec.tenant, 1)
         self.open.touch(js.idx)
         if js.remaining <= 0:
             js.filled_at = now
@@ -480,6 +508,9 @@ class Scheduler:
         js.remaining -= count
         js.assigned += count
         js.service += count
+        layer = self.layer
+        if layer is not None:  # tenants: a count, filed at the next compile
+            layer.ledger.charge(js.spec.tenant, count)
         idx = js.idx
         self.open.touched.add(idx)
         budget = self._table.budget
@@ -518,7 +549,7 @@ class Scheduler:
     def _refresh_open(self, now: float | None = None) -> None:
         """Re-file the touched jobs (every open job when fairness weights, which change
         with time, apply and ``now`` is given)."""
-        policy_weight = self.policy.weight
+        policy_weight = self._applied.weight
         if not self.fairness_eps or now is None:
             self.open.refresh(self.by_idx, policy_weight)
             return
@@ -581,11 +612,18 @@ class Scheduler:
             open_jobs.group_queues,
             self._group_scale if self.fairness_eps else None,
         )
-        policy = self.policy
+        policy = self._applied
         if self._replan:
             policy.replan(view)
             self.replans += 1
         self.compiles += 1
+        layer = policy if isinstance(policy, TenantLayer) else None
+        if layer is not None:
+            layer.ledger.expire(now)
+            layer.rerank(view)
         self._table = self._compiler.compile(open_jobs, len(self.by_idx), policy, view)
+        if layer is not None and len(layer.ranks) > 1:
+            # Standing moves with every assignment: rank again after a few.
+            np.minimum(self._table.budget, layer.config.rerank_every, out=self._table.budget)
         self._dirty = False
         self._replan = False

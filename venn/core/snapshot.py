@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import msgspec
 
 from venn import fields
-from venn.core.model import JobSpec, Requirement
+from venn.core.model import DEFAULT_TENANT, JobSpec, Requirement
 from venn.core.round_cursor import RoundCursor
 from venn.core.scheduler import Scheduler
 from venn.core.state import JobState
@@ -39,6 +39,8 @@ class SpecSnapshot(msgspec.Struct, kw_only=True, frozen=True):
     success_ratio: fields.Ratio
     tier: fields.SignedIndex
     template: fields.SignedIndex
+    tenant: fields.Id = DEFAULT_TENANT
+    priority: fields.Priority = 0
 
 
 class JobSnapshot(msgspec.Struct, kw_only=True, frozen=True):
@@ -92,6 +94,8 @@ def snapshot_spec(spec: JobSpec) -> SpecSnapshot:
         success_ratio=spec.success_ratio,
         tier=spec.tier,
         template=spec.template,
+        tenant=spec.tenant,
+        priority=spec.priority,
     )
 
 
@@ -107,6 +111,8 @@ def restore_spec(data: SpecSnapshot) -> JobSpec:
         success_ratio=data.success_ratio,
         tier=data.tier,
         template=data.template,
+        tenant=data.tenant,
+        priority=data.priority,
     )
 
 

@@ -33,6 +33,7 @@ from venn.core.model import JobSpec
 from venn.core.policies import IrsPolicy
 from venn.core.registry import POLICIES, make_scheduler
 from venn.core.scheduler import Scheduler
+from venn.core.tenants import TenantConfig
 from venn.sim import kernels
 from venn.sim.plan_kernel import CompiledPlanner
 from venn.sim.rounds import (
@@ -74,6 +75,7 @@ class SimConfig:
     # read ``supply_delay_s`` later (the pipeline's gateways), not with the check-ins it sees.
     supply_report_s: float = 0.0
     supply_delay_s: float = 0.1
+    tenants: TenantConfig | None = None  # shares and priority classes (venn.core.tenants)
 
 
 @dataclass
@@ -117,6 +119,7 @@ class Simulation:
             supply_window=config.supply_window,
             supply_reports=config.supply_report_s > 0,
             track_devices=False,
+            tenants=config.tenants,
         )
         self._feed = (
             ReportFeed(self.sched, config.supply_report_s, config.supply_delay_s)

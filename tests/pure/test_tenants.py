@@ -1,0 +1,157 @@
+"""Tenants, shares and priority classes on top of IRS (``venn.core.tenants``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from venn.core import JobSpec, Requirement, Scheduler
+from venn.core.policies import IrsPolicy
+from venn.core.tenants import TenantConfig, TenantShare, rank_tenants
+
+ANY = Requirement.of()
+FAST = Requirement.of(cpu=4.0)
+DEVICES = [{"cpu_f": 2.0}, {"cpu_f": 5.0}, {"cpu_f": 8.0}]
+
+
+def spec(
+    job_id: str,
+    demand: int,
+    *,
+    tenant: str = "default",
+    priority: int = 0,
+    requirement: Requirement = ANY,
+    rounds: int = 3,
+) -> JobSpec:
+    return JobSpec(job_id, requirement, demand, rounds, 600.0, tenant=tenant, priority=priority)
+
+
+def drive(sched: Scheduler, specs: list[JobSpec], seed: int, steps: int = 3000) -> list[object]:
+    """A random run: jobs arrive, rounds open, devices check in, rounds close. Returns
+    every decision in order."""
+    rng = np.random.default_rng(seed)
+    out: list[object] = []
+    pending = list(specs)
+    next_round: dict[str, int] = {}
+    now = 0.0
+    for step in range(steps):
+        now += 1.0
+        r = rng.random()
+        if pending and r < 0.02:
+            s = pending.pop(0)
+            sched.add_job(s, now)
+            next_round[s.job_id] = 0
+            sched.request_round(s.job_id, 0, now)
+        elif r < 0.05 and next_round:
+            job_id = sorted(next_round)[int(rng.integers(len(next_round)))]
+            js = sched.jobs.get(job_id)
+            if js is not None and js.round_open and js.remaining <= js.demand // 2:
+                i = next_round[job_id]
+                sched.close_round(job_id, i, now, succeeded=True)
+                if js.finished:
+                    sched.remove_job(job_id)
+                    del next_round[job_id]
+                else:
+                    next_round[job_id] = i + 1
+                    sched.request_round(job_id, i + 1, now)
+        else:
+            attrs = DEVICES[int(rng.integers(len(DEVICES)))]
+            a = sched.checkin(sched.slot_of(attrs), now, device_id=f"d{step}")
+            out.append(None if a is None else (a.job_id, a.round_index))
+    return out
+
+
+def workload(tenant_of: list[str], priority_of: list[int] | None = None) -> list[JobSpec]:
+    rng = np.random.default_rng(7)
+    return [
+        spec(
+            f"j{i}",
+            int(rng.integers(3, 40)),
+            tenant=tenant_of[i],
+            priority=priority_of[i] if priority_of else 0,
+            requirement=FAST if rng.random() < 0.4 else ANY,
+            rounds=int(rng.integers(1, 5)),
+        )
+        for i in range(len(tenant_of))
+    ]
+
+
+def test_one_tenant_decides_exactly_as_no_tenants() -> None:
+    specs = workload(["team-a"] * 30)
+    for seed in range(3):
+        plain = drive(Scheduler(IrsPolicy()), specs, seed)
+        one = TenantConfig({"team-a": TenantShare(weight=3.0)})
+        tenanted = drive(Scheduler(IrsPolicy(), tenants=one), specs, seed)
+        assert sum(d is not None for d in plain) > 500
+        assert tenanted == plain
+
+
+def test_unconfigured_tenants_with_one_priority_decide_as_no_tenants() -> None:
+    specs = workload(["default"] * 30)
+    plain = drive(Scheduler(IrsPolicy()), specs, 5)
+    assert drive(Scheduler(IrsPolicy(), tenants=TenantConfig()), specs, 5) == plain
+
+
+def contend(weights: dict[str, float], checkins: int = 4000) -> dict[str, int]:
+    """Every tenant has one job with more demand than the fleet gives; devices for all."""
+    sched = Scheduler(
+        IrsPolicy(), tenants=TenantConfig({t: TenantShare(w) for t, w in weights.items()})
+    )
+    for t in weights:
+        sched.add_job(spec(f"{t}-job", 10**6, tenant=t), 0.0)
+        sched.request_round(f"{t}-job", 0, 0.0)
+    got = dict.fromkeys(weights, 0)
+    slot = sched.slot_of(DEVICES[0])
+    for i in range(checkins):
+        a = sched.checkin(slot, 1.0 + i * 0.1, device_id=i)
+        assert a is not None
+        got[sched.jobs[a.job_id].spec.tenant] += 1
+    return got
+
+
+def test_contending_tenants_split_devices_by_weight() -> None:
+    got = contend({"a": 3.0, "b": 1.0})
+    assert abs(got["a"] / sum(got.values()) - 0.75) < 0.02, got
+    got = contend({"a": 1.0, "b": 2.0, "c": 1.0})
+    assert abs(got["b"] / sum(got.values()) - 0.5) < 0.035, got
+    assert abs(got["a"] - got["c"]) / sum(got.values()) < 0.035, got
+
+
+def test_an_idle_tenants_share_is_lent_and_returned() -> None:
+    sched = Scheduler(
+        IrsPolicy(), tenants=TenantConfig({"a": TenantShare(3.0), "b": TenantShare(1.0)})
+    )
+    sched.add_job(spec("b1", 10**6, tenant="b"), 0.0)
+    sched.request_round("b1", 0, 0.0)
+    slot = sched.slot_of(DEVICES[0])
+    lent = [sched.checkin(slot, 1.0, device_id=i) for i in range(200)]
+    assert all(a is not None and a.job_id == "b1" for a in lent)  # a's share, lent
+    sched.add_job(spec("a1", 10**6, tenant="a"), 2.0)
+    sched.request_round("a1", 0, 2.0)
+    back = [sched.checkin(slot, 3.0, device_id=1000 + i) for i in range(200)]
+    # a is far under its share: it takes every device until it has caught up.
+    assert all(a is not None and a.job_id == "a1" for a in back)
+    assert sched.jobs["b1"].assigned == 200  # nothing taken back (no preemption)
+
+
+def test_higher_priority_first_inside_a_tenant_then_irs() -> None:
+    sched = Scheduler(IrsPolicy(), tenants=TenantConfig())
+    # IRS alone serves the smaller job first; the priority class goes above it.
+    sched.add_job(spec("big-urgent", 50, priority=1), 0.0)
+    sched.add_job(spec("small", 5), 0.0)
+    sched.add_job(spec("smaller", 3), 0.0)
+    for j in ("big-urgent", "small", "smaller"):
+        sched.request_round(j, 0, 0.0)
+    slot = sched.slot_of(DEVICES[0])
+    order = [sched.checkin(slot, 1.0, device_id=i) for i in range(58)]
+    ids = [a.job_id if a else None for a in order]
+    assert ids[:50] == ["big-urgent"] * 50
+    assert ids[50:] == ["smaller"] * 3 + ["small"] * 5
+
+
+def test_a_tenant_under_its_share_by_more_than_the_tolerance_goes_first() -> None:
+    config = TenantConfig({"a": TenantShare(3.0), "b": TenantShare(1.0)}, tolerance=0.05)
+    assert rank_tenants(["a", "b"], {"a": 70, "b": 30}, config) == {"a": 0, "b": 1}
+    assert rank_tenants(["a", "b"], {"a": 80, "b": 20}, config) == {"b": 0, "a": 1}
+    assert rank_tenants(["a", "b"], {"a": 74, "b": 26}, config) == {"a": 0, "b": 0}
+    assert rank_tenants(["a", "b"], {}, config) == {"a": 0, "b": 0}
+    assert rank_tenants(["b"], {"a": 0, "b": 100}, config) == {"b": 0}

@@ -1,0 +1,280 @@
+"""Tenants, their shares and priority classes, layered on top of a policy.
+
+A job belongs to a tenant (``JobSpec.tenant``) and carries a priority class
+(``JobSpec.priority``, higher first). Each tenant has a weight; its *share* is its weight
+over the weights of the tenants with open demand, so an idle tenant's share is lent to the
+others and comes back the moment it opens a round (nothing is preempted: a device
+assigned stays assigned until its task ends).
+
+What a tenant *used* is the devices assigned to its jobs over a sliding window of
+``window_s`` seconds. Device-assignments, not device time: the core knows an assignment
+when it makes it, while a task's device time is known only when it ends (up to a round
+deadline later, or never for a device that drops out), and every job of the Table 1
+workloads declares the same task time, so assignments are device time up to the devices'
+speeds. The window is not in the scheduler's snapshots: a restarted scheduler starts it
+empty.
+
+At each table compile the tenants with open demand fall in two bands: 0 for those whose
+used share is under their share by more than ``tolerance`` (relative), 1 for the others
+(all 0 when nobody is under). A device's candidates are then ordered by (band, priority
+class, the policy's own section, the policy's order): a tenant under its share gets its
+eligible devices first, a higher priority class goes first inside a band, then the policy
+(IRS) as without tenants. The policy plans over the requirements (groups merged back), so
+its plan is the tenant-blind one; the layer only reorders sections of the compiled table.
+With one tenant and one priority class the sections, and so the decisions, are exactly
+those of the policy alone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from venn.core.model import DEFAULT_TENANT, JobSpec, Requirement
+from venn.core.policies.base import Policy, PolicyView
+from venn.core.state import JobState
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "TenantConfig",
+    "TenantLayer",
+    "TenantLedger",
+    "TenantShare",
+    "parse_tenants",
+]
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """One tenant's settings: its weight and the most open demand its jobs may ask
+    (devices over its admitted, unfinished jobs' rounds; 0: no cap)."""
+
+    weight: float = 1.0
+    max_open_demand: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"a tenant's weight must be positive, not {self.weight}")
+        if self.max_open_demand < 0:
+            raise ValueError("a tenant's max_open_demand must be >= 0")
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    """Every tenant the operator configured; a tenant not listed gets ``default``."""
+
+    tenants: Mapping[str, TenantShare] = field(default_factory=dict)
+    default: TenantShare = TenantShare()
+    window_s: float = 1800.0
+    rerank_every: int = 32
+    tolerance: float = 0.05
+    """While tenants contend, a job takes at most this many devices between two
+    rankings (a dispatch table otherwise holds until a round fills)."""
+
+    def share_of(self, tenant: str) -> TenantShare:
+        return self.tenants.get(tenant, self.default)
+
+    def weight(self, tenant: str) -> float:
+        return self.share_of(tenant).weight
+
+
+def parse_tenants(text: str) -> dict[str, TenantShare]:
+    """``team-a=3,team-b=1:500`` -> each tenant's share (weight, max open demand)."""
+    out: dict[str, TenantShare] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, rest = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"a tenant is name=weight[:max_open_demand], not {item!r}")
+        weight, _, cap = rest.partition(":")
+        out[name.strip()] = TenantShare(float(weight), int(cap) if cap.strip() else 0)
+    return out
+
+
+class TenantLedger:
+    """Devices assigned per tenant over a sliding window of scheduler time.
+
+    A decision only adds to ``pending``; the scheduler files what is pending at its next
+    table compile (``expire``), where standing is read: a decision stays cheap, and use
+    is timed by the compiles (a table holds at most ``rerank_every`` assignments of a job
+    while tenants contend)."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.used: dict[str, float] = {}
+        self.pending: dict[str, int] = {}
+        self._log: deque[tuple[float, str, int]] = deque()
+        self.total: dict[str, int] = {}  # over the whole run (reports)
+        self.history: list[tuple[float, str, int]] | None = None  # a bench sets a list
+
+    def charge(self, tenant: str, count: int) -> None:
+        pending = self.pending
+        pending[tenant] = pending.get(tenant, 0) + count
+
+    def expire(self, now: float) -> None:
+        """File what is pending as used at ``now`` and drop what left the window."""
+        log = self._log
+        used = self.used
+        if self.pending:
+            total = self.total
+            for tenant, count in self.pending.items():
+                log.append((now, tenant, count))
+                used[tenant] = used.get(tenant, 0.0) + count
+                total[tenant] = total.get(tenant, 0) + count
+                if self.history is not None:
+                    self.history.append((now, tenant, count))
+            self.pending = {}
+        cutoff = now - self.window_s
+        while log and log[0][0] < cutoff:
+            _, tenant, count = log.popleft()
+            used[tenant] -= count
+
+
+def rank_tenants(
+    active: list[str], used: Mapping[str, float], config: TenantConfig
+) -> dict[str, int]:
+    """Band of each tenant with open demand: 0 if its used share is under its share by
+    more than ``config.tolerance`` (relative), else 1; all 0 when nobody is under."""
+    if len(active) <= 1:
+        return dict.fromkeys(active, 0)
+    weights = {t: config.weight(t) for t in active}
+    total_w = sum(weights.values())
+    total_used = sum(used.get(t, 0.0) for t in active)
+    if total_used <= 0:
+        return dict.fromkeys(active, 0)
+    floor = 1.0 - config.tolerance
+    under = {t: (used.get(t, 0.0) / total_used) < floor * (weights[t] / total_w) for t in active}
+    if not any(under.values()):
+        return dict.fromkeys(active, 0)
+    return {t: 0 if under[t] else 1 for t in active}
+
+
+class TenantLayer:
+    """A policy with tenant standing and priority classes above its own sections.
+
+    ``labels[g]`` is group g's (tenant, priority, base): base is the group of its
+    requirement alone (the scheduler appends as it makes groups). The policy plans over
+    the base groups, exactly as without tenants (its groups split by tenant would change
+    IRS's plan: a signature owned by one tenant's share of a requirement); each group's
+    section is then ``(band * priority classes + priority rank) * inner sections +`` its
+    base group's section.
+    """
+
+    def __init__(
+        self,
+        inner: Policy,
+        config: TenantConfig,
+        ledger: TenantLedger,
+        labels: list[tuple[str, int, int]],
+    ) -> None:
+        self.inner = inner
+        self.config = config
+        self.ledger = ledger
+        self.labels = labels
+        self.mode: Literal["first", "uniform"] = inner.mode
+        self.ordering: Literal["idx", "key"] = inner.ordering
+        self.num_sections = inner.num_sections
+        self.ranks: dict[str, int] = {}
+        self._group_rank = np.zeros(0, dtype=np.int64)
+        self._base = np.zeros(0, dtype=np.int64)  # group -> its base group
+        self._first = np.zeros(0, dtype=np.int64)  # base group -> its first group
+        self._merged: tuple[np.ndarray, np.ndarray] | None = None  # (sig_matrix, merged)
+        self._key: tuple[object, ...] | None = None
+        self._inner: np.ndarray | None = None  # the inner table ``_table`` was made from
+        self._table: np.ndarray | None = None
+        self.bases: dict[Requirement, int] = {}  # requirement -> its base group
+
+    def label(self, group: int, spec: JobSpec) -> None:
+        """File a group the scheduler made for ``spec`` (its first job) or found."""
+        if group == len(self.labels):
+            base = self.bases.setdefault(spec.requirement, len(self.bases))
+            self.labels.append((spec.tenant, spec.priority, base))
+
+    def weight(self, job: JobState) -> float:
+        return self.inner.weight(job)
+
+    def _bases(self, num_groups: int) -> None:
+        if len(self._base) != num_groups:
+            base = [b for _, _, b in self.labels[:num_groups]]
+            self._base = np.array(base, dtype=np.int64)
+            first: dict[int, int] = {}
+            for g, b in enumerate(base):
+                first.setdefault(b, g)
+            self._first = np.array([first[b] for b in range(len(first))], dtype=np.int64)
+
+    def base_view(self, view: PolicyView) -> PolicyView:
+        """The view over base groups (requirements): what the policy plans on."""
+        sig_matrix = view.sig_matrix
+        self._bases(sig_matrix.shape[1])
+        merged = self._merged
+        if merged is None or merged[0] is not sig_matrix:
+            merged = self._merged = (sig_matrix, sig_matrix[:, self._first])
+        base = self._base
+
+        def queues() -> tuple[list[int], list[list[float]]]:
+            groups, keys = view.group_queues()
+            by_base: dict[int, list[float]] = {}
+            for g, q in zip(groups, keys, strict=True):
+                b = int(base[g])
+                have = by_base.get(b)
+                by_base[b] = list(q) if have is None else sorted(have + list(q))
+            order = sorted(by_base)
+            return order, [by_base[b] for b in order]
+
+        scale: dict[int, float] = {}
+        for g, x in view.group_scale.items():  # fairness: a base's largest multiplier
+            b = int(base[g])
+            scale[b] = max(x, scale.get(b, x))
+        return PolicyView(merged[1], lambda: view.supply, len(view), queues, scale)
+
+    def replan(self, view: PolicyView) -> None:
+        self.inner.replan(self.base_view(view))
+
+    def rerank(self, view: PolicyView) -> None:
+        """Band the tenants with open demand by their standing now (every compile)."""
+        groups = view.group_queues()[0] if len(view) else []
+        labels = self.labels
+        active = sorted({labels[g][0] for g in groups})
+        prios = sorted({labels[g][1] for g in groups}, reverse=True)
+        self.ranks = ranks = rank_tenants(active, self.ledger.used, self.config)
+        prio_rank = {p: r for r, p in enumerate(prios)}
+        classes = max(1, len(prios))
+        bands = max(ranks.values(), default=0) + 1
+        # A group without open jobs has nobody to order (a round request recompiles).
+        self._group_rank = np.array(
+            [
+                ranks[t] * classes + prio_rank[p] if t in ranks and p in prio_rank else 0
+                for t, p, _ in labels
+            ],
+            dtype=np.int64,
+        )
+        self.num_sections = self.inner.num_sections * bands * classes
+
+    def section_table(self, view: PolicyView) -> np.ndarray | None:
+        num_sigs, num_groups = view.sig_matrix.shape
+        self._bases(num_groups)
+        inner = self.inner.section_table(self.base_view(view))
+        rank = self._group_rank
+        if len(rank) < num_groups:  # groups made after the last ranking
+            rank = np.concatenate([rank, np.zeros(num_groups - len(rank), np.int64)])
+        rank = rank[:num_groups]
+        split = len(self._first) < num_groups
+        if not split and not rank.any():
+            return inner  # one tenant, one priority class: the policy's own sections
+        key = (num_sigs, rank.tobytes(), self.num_sections)
+        if self._key == key and self._inner is inner and self._table is not None:
+            return self._table
+        k = self.inner.num_sections
+        table = np.broadcast_to(rank[None, :] * k, (num_sigs, num_groups)).astype(np.int64)
+        if inner is not None:
+            table = table + inner[:, self._base]
+        self._key = key
+        self._inner = inner
+        self._table = table
+        return table
