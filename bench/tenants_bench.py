@@ -265,7 +265,7 @@ def main() -> None:
         tolerance=args.tolerance,
     )
     # The blind run's shares: the ledger of a layer that never bands (tolerance 1)
-    # decides as no tenants at all (tests/pure/test_tenants.py); its JCT is the plain run's.
+    # decides as no tenants at all (tests/pure/test_tenant_policy.py); its JCT is the plain run's.
     blind_cfg = dataclasses.replace(config, tolerance=1.0)
     result: dict[str, Any] = {
         "workload": args.workload,

@@ -188,6 +188,10 @@ class JobsApi:
         self, claims: Claims | None, body: bytes, query: Mapping[str, str]
     ) -> web.Response:
         spec = await self.read_spec(body)
+        # Judged before anything else, a retry's too (schemathesis ST201: a retry of a known
+        # submission with a bad ?finish_by was answered 200).
+        finish_by = _number(query, "finish_by")
+        queue, accept_late = _flag(query, "queue"), _flag(query, "accept_late")
         job_id = self._job_id_for(spec, claims)
         if claims is not None:
             claims.require_job(job_id)
@@ -203,8 +207,6 @@ class JobsApi:
                 return json_response(self._queued(job_id, subject, known.admission), 202)
             return json_response(self._accepted(job_id, subject, created=False), 200)
         now = time.time()
-        finish_by = _number(query, "finish_by")
-        queue, accept_late = _flag(query, "queue"), _flag(query, "accept_late")
         tenant = subject if claims is not None else DEFAULT_TENANT
         cap = tenant_cap(self.ctx.settings.tenants, tenant)
         req = request_of(spec, job_id, finish_by, queue, accept_late, tenant, cap)

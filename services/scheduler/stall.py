@@ -110,10 +110,13 @@ class StallGuard:
                 high = max(h for h in (fetched, end) if h is not None)
                 if position is None:  # not begun: nothing committable either
                     continue
-                behind = max(0, high - position)
-                metrics.LAG.labels(part[0], str(part[1])).set(behind)
+                # The lag page keeps the client's view where it has one: the broker's end
+                # counts a record written a moment ago (venn.status, every 2 s, by this
+                # worker) as behind until the next pass, 5 s later.
+                shown = fetched if fetched is not None else high
+                metrics.LAG.labels(part[0], str(part[1])).set(max(0, shown - position))
                 if available:
-                    self.stalls.observe(*part, position, behind, now)
+                    self.stalls.observe(*part, position, max(0, high - position), now)
         stalled = self.stalls.stalled(now)
         recovering = parts.in_recovery
         if recovering and available:
