@@ -61,6 +61,9 @@ BENCHES = (
           "about 4 minutes per policy"),
     Bench("designs_bench.py", "scale-out designs in the simulator: supply reports (A) and "
           "the leased mode (C) against one worker", None, "about 10 minutes (C: 30 more)"),
+    Bench("designs_pipeline_bench.py", "scale-out designs in the pipeline (A, B, C) in one "
+          "run: scheduler and gateway CPU and broker messages per HTTP check-in", None,
+          "about 9 minutes"),
     Bench("estimate_bench.py", "completion estimate at arrival against the actual JCT, "
           "per Table 1 workload", None, "about 3 minutes"),
     Bench("tenants_bench.py", "tenant shares of the devices against their weights, and the "
