@@ -96,6 +96,7 @@ DEMAND = 10
 OURS = "quota + supply reports"
 BASELINE = "every check-in forwarded"
 UNSHARED = "each gateway the whole quota (before)"
+UNGATHERED = "scheduler reads each record at once (before)"
 
 
 # -- pure helpers (tests/pure/test_fleet_bench.py) ------------------------------------------
@@ -480,7 +481,7 @@ async def measure_size(
 ) -> dict[str, Any]:
     rate = checkin_rate(devices)
     count = gateways_for(rate, per_gateway)
-    emu.open(count, design != BASELINE, shared=design == OURS)
+    emu.open(count, design != BASELINE, shared=design in (OURS, UNGATHERED))
     fleet = Fleet(emu.gateways, rate, random.Random(devices), devices=devices)
     stop = asyncio.Event()
     feeder = asyncio.create_task(fleet.run(stop))
@@ -521,6 +522,20 @@ async def measure_size(
     return result
 
 
+async def start_deciding(env: dict[str, str], run_dir: Path) -> Any:
+    """A scheduler worker started with ``env``, once it decides."""
+    env = {**env, "VENN_SCHEDULER_WEB_PORT": str(free_port())}
+    with open(run_dir / "worker.log", "ab") as log:
+        worker = start_worker(env, log)
+    deadline = time.monotonic() + 120
+    port = int(env["VENN_SCHEDULER_WEB_PORT"])
+    while await asyncio.to_thread(settled_decider, {"w": port}) is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the scheduler worker did not start deciding in 120 s")
+        await asyncio.sleep(0.5)
+    return worker
+
+
 async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     broker = local_broker("kafka", run_dir / "broker").start()
     app_id = f"venn-fleet-{os.urandom(4).hex()}"
@@ -528,7 +543,6 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     worker = None
     try:
         counts = await topics.prepare_topics(settings)
-        port = free_port()
         env = {
             "VENN_BROKER": broker.bootstrap,
             "VENN_BROKER_KIND": "kafka",
@@ -536,15 +550,8 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
             "VENN_TOPIC_PARTITIONS": str(PARTITIONS),
             "VENN_RUN_DIR": str(run_dir),
             "VENN_POLICY": "venn",
-            "VENN_SCHEDULER_WEB_PORT": str(port),
         }
-        with open(run_dir / "worker.log", "ab") as log:
-            worker = start_worker(env, log)
-        deadline = time.monotonic() + 120
-        while await asyncio.to_thread(settled_decider, {"w": port}) is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the scheduler worker did not start deciding in 120 s")
-            await asyncio.sleep(0.5)
+        worker = await start_deciding(env, run_dir)
         emu = Emulation(settings, counts[topics.CHECKINS])
         await emu.start()
         meter = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap)
@@ -568,7 +575,14 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
                 plan += [(d, BASELINE) for d in args.fleets[:2]]
             if args.unshared:
                 plan += [(d, UNSHARED) for d in args.fleets[-2:]]
+            if args.ungathered:
+                plan += [(d, UNGATHERED) for d in args.fleets]
             for devices, design in plan:
+                if design == UNGATHERED and env.get("VENN_SCHEDULER_GATHER_MS") != "0":
+                    await asyncio.to_thread(stop_worker, worker, 10.0)
+                    env["VENN_SCHEDULER_GATHER_MS"] = "0"
+                    worker = await start_deciding(env, run_dir)
+                    await asyncio.sleep(3)
                 rows.append(
                     await measure_size(
                         emu, worker.pid, admin, meter, coordinator, devices, args.per_gateway,
@@ -635,6 +649,12 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
         f"largest fleet over smallest: **{ends:.2f}x** (goal {GOAL_RATIO:g}x: "
         f"{'met' if max(got, ends) <= GOAL_RATIO else 'not met'}).",
     ]
+    before = [r["scheduler_cpu_per_s"] for r in rows if r["design"] == UNGATHERED]
+    if len(before) >= 2:
+        lines.append(
+            f"A scheduler that reads each record as it arrives (before): highest over lowest "
+            f"**{ratio(before):.2f}x**."
+        )
     if len(by_size) >= 2:
         gws = [float(r["gateways"]) for r in by_size]
         a_s, b_s = fit_line(gws, [r["scheduler_cpu_per_s"] for r in by_size])
@@ -654,6 +674,14 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
                 f"{r['scheduler_cpu_per_s'] / mine['scheduler_cpu_per_s']:.1f}x the CPU and "
                 f"forwards {r['forwarded_per_s'] / max(mine['forwarded_per_s'], 0.1):.1f}x the "
                 "check-ins."
+            )
+    for r in rows:
+        mine = next((o for o in ours if o["devices"] == r["devices"]), None)
+        if r["design"] == UNGATHERED and mine is not None and mine["scheduler_cpu_per_s"] > 0:
+            lines.append(
+                f"At {r['devices']:,} devices, a scheduler that reads each record as it "
+                f"arrives costs {r['scheduler_cpu_per_s'] / mine['scheduler_cpu_per_s']:.2f}x "
+                "the CPU of one that lets its input gather."
             )
     for devices, b in sorted(base.items()):
         mine = next((r for r in ours if r["devices"] == devices), None)
@@ -695,6 +723,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also, at the two largest sizes, the design before the gateways shared "
                    "the quota and the report rate: each gateway the whole quota, a report a "
                    "second")  # fmt: skip
+    p.add_argument("--ungathered", action="store_true",
+                   help="also, at every size, a scheduler that reads each record as it arrives "
+                   "(VENN_SCHEDULER_GATHER_MS=0, the design before)")  # fmt: skip
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
     started = time.time()
@@ -705,7 +736,8 @@ def main(argv: list[str] | None = None) -> int:
         f" --{k} {v}" for k, v, d in (("window", args.window, 20.0), ("warmup", args.warmup, 8.0))
         if v != d
     ) + (" --baseline" if args.baseline else "") + (
-        " --unshared" if args.unshared else "")  # fmt: skip
+        " --unshared" if args.unshared else "") + (
+        " --ungathered" if args.ungathered else "")  # fmt: skip
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "machine": f"{platform.machine()} {platform.python_implementation()} "

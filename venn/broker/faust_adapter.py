@@ -33,7 +33,8 @@ What this module does instead, for any Faust app built on `OffsetsApp`:
 - The ledger starts each assigned partition at its committed offset (the log's start when
   none is committed, or 0, which aiokafka's `seek_to_committed` does not seek to).
 
-Also here: the consumer's fetch wait (`OffsetsApp(fetch_wait_ms=...)`: Faust hard-codes
+Also here: the consumer's fetch wait and minimum (`OffsetsApp(fetch_wait_ms=...,
+fetch_min_bytes=...)`: Faust hard-codes
 ``fetch_max_wait_ms=1500``; Apache Kafka answers a parked fetch as soon as data arrives,
 but Tansu keeps it parked for the whole wait, which put up to 1.5 s between a check-in and
 its assignment), and, for the scheduler's stall watch: `fetch_state` and `resume_fetching` (a
@@ -88,6 +89,9 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         if wait is not None:
             # Read by AIOKafkaConsumer.start() when it builds its fetcher, i.e. after this.
             consumer._fetch_max_wait_ms = wait
+        least = getattr(self.app, "fetch_min_bytes", None)
+        if least is not None:
+            consumer._fetch_min_bytes = least
         return consumer
 
 
@@ -409,7 +413,8 @@ OutputErrors = Callable[[str, str], None]
 
 class OffsetsApp(faust.App):  # type: ignore[misc]
     """A faust.App whose commits follow ``ledger`` (its agents read with `records` and
-    `account` every record); its consumer waits at most ``fetch_wait_ms`` per fetch. With
+    `account` every record); its consumer waits at most ``fetch_wait_ms`` per fetch, for
+    ``fetch_min_bytes`` (aiokafka's default: any record) to gather. With
     ``output_errors``, its producer is an `OutputProducer` (`send_output`), which reports
     there what it could not send."""
 
@@ -418,11 +423,13 @@ class OffsetsApp(faust.App):  # type: ignore[misc]
         *args: Any,
         ledger: OffsetLedger | None = None,
         fetch_wait_ms: int | None = None,
+        fetch_min_bytes: int | None = None,
         output_errors: OutputErrors | None = None,
         **kwargs: Any,
     ) -> None:
         self.ledger = ledger if ledger is not None else OffsetLedger()
         self.fetch_wait_ms = fetch_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
         self.output_errors = output_errors
         super().__init__(*args, **kwargs)
 
