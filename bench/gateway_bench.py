@@ -197,12 +197,11 @@ class UpStack:
         """Register ``jobs`` and open their round 0 (or finish them) on the stack's Kafka,
         signed with an operator token (as loadtest's LoadStack.publish_jobs, which runs
         unauthenticated)."""
-        from aiokafka import AIOKafkaProducer
 
         from venn import events as ev
         from venn.auth import Tokens
         from venn.broker import security, topics
-        from venn.broker.publish import KafkaEvents
+        from venn.broker.publish import send_events
 
         settings = self.settings()
         token = Tokens(settings.auth_secret).issue("admin", "gateway-bench", ttl_s=3600.0)
@@ -225,14 +224,7 @@ class UpStack:
                 demand=j.demand, token=token,
             )))  # fmt: skip
         options = settings.for_role(security.ADMIN).kafka_options
-        producer = AIOKafkaProducer(bootstrap_servers=settings.broker, acks=1, **options)
-        await producer.start()
-        try:
-            for topic, event in events:
-                await KafkaEvents(producer).enqueue(topic, event)
-            await producer.flush()
-        finally:
-            await producer.stop()
+        await send_events(settings.broker, events, **options)
 
     def profile_gateway(self, out: Path) -> None:
         """Restart the gateway under pyinstrument, with the environment `venn up` gave it."""

@@ -39,7 +39,7 @@ from venn.auth import Tokens
 from venn.broker import security, topics
 from venn.broker.local import LocalBroker, local_broker, resolve_kind
 from venn.broker.process import free_port
-from venn.broker.publish import KafkaEvents
+from venn.broker.publish import KafkaEvents, send_events
 from venn.broker.topics import prepare_topics
 from venn.core.model import JobSpec, Requirement
 from venn.fields import ROUNDS_MAX
@@ -391,14 +391,7 @@ class LoadStack:
                     ),
                 )
             )  # fmt: skip
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks=1, **self.admin_options)
-        await producer.start()
-        try:
-            for topic, event in events:
-                await KafkaEvents(producer).enqueue(topic, event)
-            await producer.flush()
-        finally:
-            await producer.stop()
+        await send_events(self.bootstrap, events, **self.admin_options)
 
     @property
     def scheduler_pids(self) -> list[int]:

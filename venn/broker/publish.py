@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 
@@ -69,6 +70,22 @@ class KafkaEvents:
         key, value = message(topic, event)
         future: asyncio.Future[object] = await self.producer.send(topic, value, key=key)
         return future
+
+
+async def send_events(
+    bootstrap: str, events: Iterable[tuple[str, ev.Event]], **options: Any
+) -> None:
+    """Send (topic, event) pairs in order through a producer of their own (``options``: the
+    principal's Kafka options), and return once the broker has them all."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, **options)
+    await producer.start()
+    try:
+        sender = KafkaEvents(producer)
+        for topic, event in events:
+            await sender.enqueue(topic, event)
+        await producer.flush()
+    finally:
+        await producer.stop()
 
 
 @dataclass
