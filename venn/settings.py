@@ -203,17 +203,18 @@ class SchedulerSettings:
     fetch_wait_ms: int = setting(
         "VENN_SCHEDULER_FETCH_WAIT_MS",
         0,
-        "Longest a scheduler fetch waits for data when VENN_SCHEDULER_GATHER_MS is 0; 0: the "
-        "broker's profile (10 ms on Tansu, where all of it is latency; 500 ms on Kafka).",
+        "Longest a scheduler fetch waits for data; 0: the broker's profile (10 ms on Tansu, "
+        "where all of it is latency; 500 ms on Kafka).",
     )
     gather_ms: int = setting(
         "VENN_SCHEDULER_GATHER_MS",
         25,
-        "How long the scheduler lets its input gather before it reads it: a fetch waits this "
-        "long unless a megabyte is waiting. Each wake-up costs the scheduler about 2 ms of CPU "
-        "(the Kafka client and Faust), whatever it reads, so this bounds its wake-ups per "
-        "second when check-ins trickle in (a small fleet) at the price of at most this much "
-        "latency per check-in; 0: read each record as soon as it arrives.",
+        "After a scheduler fetch brought records, how long until the next one: what arrives "
+        "meanwhile is read in one go. Each wake-up costs the scheduler about 2 ms of CPU (the "
+        "Kafka client and Faust) whatever it reads, so this bounds its wake-ups per second "
+        "when check-ins trickle in one by one (a small fleet) at the price of at most this "
+        "much latency for a record that arrives just after another; the first record after "
+        "a quiet spell waits for nothing. 0: fetch again at once.",
     )
 
     def __post_init__(self) -> None:
@@ -635,15 +636,7 @@ class Settings:
 
     @property
     def scheduler_fetch_wait(self) -> int:
-        return (
-            self.scheduler.gather_ms or self.scheduler.fetch_wait_ms or self.tuning.fetch_wait_ms
-        )
-
-    @property
-    def scheduler_fetch_min_bytes(self) -> int:
-        """What a scheduler fetch waits for, at most `scheduler_fetch_wait`: with a gather
-        time, a megabyte (in practice, the whole wait); without, any record."""
-        return 1 << 20 if self.scheduler.gather_ms else 1
+        return self.scheduler.fetch_wait_ms or self.tuning.fetch_wait_ms
 
     @property
     def scheduler_session_timeout(self) -> int:

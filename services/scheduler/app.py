@@ -101,7 +101,7 @@ def worker_app(settings: Settings) -> OffsetsApp:
     return OffsetsApp(
         settings.app_id,
         fetch_wait_ms=settings.scheduler_fetch_wait,
-        fetch_min_bytes=settings.scheduler_fetch_min_bytes,
+        fetch_gather_ms=settings.scheduler.gather_ms,
         broker=f"kafka://{settings.broker}",
         store=STANDBY_MEMORY_STORE,
         topic_partitions=settings.topic_partitions,

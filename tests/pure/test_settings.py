@@ -166,23 +166,6 @@ def test_venn_config_prints_the_values_in_use_with_secrets_masked(tmp_path: Path
     assert page.output == configuration_markdown()
 
 
-@pytest.mark.parametrize(
-    ("env", "wait_ms", "min_bytes"),
-    [
-        ({}, 25, 1 << 20),  # input gathers 25 ms: the scheduler's wake-ups are bounded
-        ({"VENN_SCHEDULER_GATHER_MS": "0"}, 500, 1),  # each record at once, Kafka's profile
-        ({"VENN_SCHEDULER_GATHER_MS": "0", "VENN_BROKER_KIND": "tansu"}, 10, 1),
-        ({"VENN_SCHEDULER_GATHER_MS": "0", "VENN_SCHEDULER_FETCH_WAIT_MS": "70"}, 70, 1),
-        ({"VENN_SCHEDULER_GATHER_MS": "40", "VENN_SCHEDULER_FETCH_WAIT_MS": "70"}, 40, 1 << 20),
-    ],
-)
-def test_the_scheduler_fetch_waits_for_its_input_to_gather(
-    env: dict[str, str], wait_ms: int, min_bytes: int
-) -> None:
-    s = Settings.from_env(env)
-    assert (s.scheduler_fetch_wait, s.scheduler_fetch_min_bytes) == (wait_ms, min_bytes)
-
-
 def test_a_negative_gather_time_is_refused() -> None:
     with pytest.raises(ValueError, match="VENN_SCHEDULER_GATHER_MS must be >= 0"):
         Settings.from_env({"VENN_SCHEDULER_GATHER_MS": "-1"}, running=False)

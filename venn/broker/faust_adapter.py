@@ -33,8 +33,8 @@ What this module does instead, for any Faust app built on `OffsetsApp`:
 - The ledger starts each assigned partition at its committed offset (the log's start when
   none is committed, or 0, which aiokafka's `seek_to_committed` does not seek to).
 
-Also here: the consumer's fetch wait and minimum (`OffsetsApp(fetch_wait_ms=...,
-fetch_min_bytes=...)`: Faust hard-codes
+Also here: the consumer's fetch wait and gathering (`OffsetsApp(fetch_wait_ms=...,
+fetch_gather_ms=...)`: Faust hard-codes
 ``fetch_max_wait_ms=1500``; Apache Kafka answers a parked fetch as soon as data arrives,
 but Tansu keeps it parked for the whole wait, which put up to 1.5 s between a check-in and
 its assignment), and, for the scheduler's stall watch: `fetch_state` and `resume_fetching` (a
@@ -57,6 +57,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -89,10 +91,40 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         if wait is not None:
             # Read by AIOKafkaConsumer.start() when it builds its fetcher, i.e. after this.
             consumer._fetch_max_wait_ms = wait
-        least = getattr(self.app, "fetch_min_bytes", None)
-        if least is not None:
-            consumer._fetch_min_bytes = least
         return consumer
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        gather_ms = getattr(self.app, "fetch_gather_ms", None)
+        if gather_ms:
+            gather_fetches(self._consumer, gather_ms / 1000)
+
+
+def gather_fetches(consumer: aiokafka.AIOKafkaConsumer, gather_s: float) -> None:
+    """After a fetch from a node brought records, send the next one to that node no sooner
+    than ``gather_s`` after it: what arrives meanwhile comes in one response. Each fetch
+    response wakes the consumer thread and the app's loop (about 2 ms of CPU, whatever it
+    carries); records that trickle in one by one would each pay it. An idle consumer's fetch
+    still parks at the broker and returns as soon as a record arrives, so the first record
+    after a quiet spell waits for nothing, the next ones at most ``gather_s``."""
+    fetcher = consumer._fetcher
+    fetch = fetcher._proc_fetch_request
+    brought: dict[int, float] = {}
+
+    async def gathered(assignment: Any, node_id: int, request: Any) -> bool:
+        wait = brought.get(node_id, -math.inf) + gather_s - time.monotonic()
+        if wait > 0:
+            try:
+                await asyncio.sleep(wait)
+            except asyncio.CancelledError:
+                return False  # as aiokafka's own fetch does when cancelled
+        got: bool = await fetch(assignment, node_id, request)
+        if got:
+            brought[node_id] = time.monotonic()
+        return got
+
+    # The fetcher's routine looks the method up on every fetch it sends.
+    fetcher._proc_fetch_request = gathered
 
 
 class LedgerConsumer(faust_aiokafka.Consumer):
@@ -413,8 +445,9 @@ OutputErrors = Callable[[str, str], None]
 
 class OffsetsApp(faust.App):  # type: ignore[misc]
     """A faust.App whose commits follow ``ledger`` (its agents read with `records` and
-    `account` every record); its consumer waits at most ``fetch_wait_ms`` per fetch, for
-    ``fetch_min_bytes`` (aiokafka's default: any record) to gather. With
+    `account` every record); its consumer waits at most ``fetch_wait_ms`` per fetch, and
+    with ``fetch_gather_ms`` lets records gather that long between fetches that bring some
+    (`gather_fetches`). With
     ``output_errors``, its producer is an `OutputProducer` (`send_output`), which reports
     there what it could not send."""
 
@@ -423,13 +456,13 @@ class OffsetsApp(faust.App):  # type: ignore[misc]
         *args: Any,
         ledger: OffsetLedger | None = None,
         fetch_wait_ms: int | None = None,
-        fetch_min_bytes: int | None = None,
+        fetch_gather_ms: int | None = None,
         output_errors: OutputErrors | None = None,
         **kwargs: Any,
     ) -> None:
         self.ledger = ledger if ledger is not None else OffsetLedger()
         self.fetch_wait_ms = fetch_wait_ms
-        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_gather_ms = fetch_gather_ms
         self.output_errors = output_errors
         super().__init__(*args, **kwargs)
 
