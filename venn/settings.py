@@ -208,7 +208,7 @@ class SchedulerSettings:
     )
     gather_ms: int = setting(
         "VENN_SCHEDULER_GATHER_MS",
-        25,
+        50,
         "After a scheduler fetch brought records, how long until the next one: what arrives "
         "meanwhile is read in one go. Each wake-up costs the scheduler about 2 ms of CPU (the "
         "Kafka client and Faust) whatever it reads, so this bounds its wake-ups per second "
