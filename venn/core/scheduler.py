@@ -509,9 +509,10 @@ class Scheduler:
         js.assigned += count
         js.service += count
         layer = self.layer
-        if layer is not None:  # tenants: a count, filed at the next compile
-            layer.ledger.charge(js.spec.tenant, count)
         idx = js.idx
+        if layer is not None:  # tenants: a count, filed at the next compile
+            frac = layer.frac
+            layer.ledger.charge(js.spec.tenant, count * frac[idx] if idx < len(frac) else count)
         self.open.touched.add(idx)
         budget = self._table.budget
         if idx < len(budget):
@@ -622,6 +623,10 @@ class Scheduler:
             layer.ledger.expire(now)
             layer.rerank(view)
         self._table = self._compiler.compile(open_jobs, len(self.by_idx), policy, view)
+        if layer is not None:
+            table = self._table
+            if table.head_list is not None or not table.uniform:
+                layer.charges(table.heads(), len(self.by_idx), self.num_tiers)
         if layer is not None and len(layer.ranks) > 1:
             # Standing moves with every assignment: rank again after a few.
             np.minimum(self._table.budget, layer.config.rerank_every, out=self._table.budget)

@@ -6,23 +6,30 @@ over the weights of the tenants with open demand, so an idle tenant's share is l
 others and comes back the moment it opens a round (nothing is preempted: a device
 assigned stays assigned until its task ends).
 
-What a tenant *used* is the devices assigned to its jobs over a sliding window of
-``window_s`` seconds. Device-assignments, not device time: the core knows an assignment
-when it makes it, while a task's device time is known only when it ends (up to a round
-deadline later, or never for a device that drops out), and every job of the Table 1
-workloads declares the same task time, so assignments are device time up to the devices'
-speeds. The window is not in the scheduler's snapshots: a restarted scheduler starts it
-empty.
+What a tenant *used* is the devices assigned to its jobs, over a sliding window of
+``window_s`` seconds, that another tenant's open round was also eligible for: devices
+only one tenant wants are not counted (nobody was denied them), and neither is what an
+idle tenant lent, so a tenant that comes back owes nothing for it. Device-assignments,
+not device time: the core knows an assignment when it makes it, while a task's device
+time is known only when it ends (up to a round deadline later, or never for a device
+that drops out), and every job of the Table 1 workloads declares the same task time, so
+assignments are device time up to the devices' speeds. Which assignments were contended
+is judged per compile: a job heading some rows of the table is charged, per device, the
+part of those rows' supply that another tenant's open round is eligible for. The window
+is not in the scheduler's snapshots: a restarted scheduler starts it empty.
 
-At each table compile the tenants with open demand fall in two bands: 0 for those whose
-used share is under their share by more than ``tolerance`` (relative), 1 for the others
-(all 0 when nobody is under). A device's candidates are then ordered by (band, priority
-class, the policy's own section, the policy's order): a tenant under its share gets its
-eligible devices first, a higher priority class goes first inside a band, then the policy
-(IRS) as without tenants. The policy plans over the requirements (groups merged back), so
-its plan is the tenant-blind one; the layer only reorders sections of the compiled table.
-With one tenant and one priority class the sections, and so the decisions, are exactly
-those of the policy alone.
+At each table compile the tenants with open demand fall in bands by their used share
+against their share (relative): 0 under it by more than ``tolerance``, 2 over it by
+more, 1 within; all 0 (the policy alone) while every tenant is within. A device's
+candidates are then ordered by (the policy's own section, band, priority class, the
+policy's order): IRS's ownership of a signature stays first, so a tenant never takes a
+device from the requirement IRS planned it for while that requirement waits; among the
+jobs of one section a tenant under its share goes first and one over it last; a higher
+priority class goes first inside a band; inside a tenant and priority class the order
+is IRS's. The layer only reorders candidates: a device any open job can take is
+assigned (work-conserving). The policy plans over the requirements (groups merged
+back), so its plan is the tenant-blind one. With one tenant and one priority class the
+sections, and so the decisions, are exactly those of the policy alone.
 """
 
 from __future__ import annotations
@@ -108,12 +115,12 @@ class TenantLedger:
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self.used: dict[str, float] = {}
-        self.pending: dict[str, int] = {}
-        self._log: deque[tuple[float, str, int]] = deque()
-        self.total: dict[str, int] = {}  # over the whole run (reports)
-        self.history: list[tuple[float, str, int]] | None = None  # a bench sets a list
+        self.pending: dict[str, float] = {}
+        self._log: deque[tuple[float, str, float]] = deque()
+        self.total: dict[str, float] = {}  # over the whole run (reports)
+        self.history: list[tuple[float, str, float]] | None = None  # a bench sets a list
 
-    def charge(self, tenant: str, count: int) -> None:
+    def charge(self, tenant: str, count: float) -> None:
         pending = self.pending
         pending[tenant] = pending.get(tenant, 0) + count
 
@@ -140,7 +147,8 @@ def rank_tenants(
     active: list[str], used: Mapping[str, float], config: TenantConfig
 ) -> dict[str, int]:
     """Band of each tenant with open demand: 0 if its used share is under its share by
-    more than ``config.tolerance`` (relative), else 1; all 0 when nobody is under."""
+    more than ``config.tolerance`` (relative), 2 if over it by more, else 1; all 0 (the
+    policy alone) while every tenant is within the tolerance."""
     if len(active) <= 1:
         return dict.fromkeys(active, 0)
     weights = {t: config.weight(t) for t in active}
@@ -148,11 +156,14 @@ def rank_tenants(
     total_used = sum(used.get(t, 0.0) for t in active)
     if total_used <= 0:
         return dict.fromkeys(active, 0)
-    floor = 1.0 - config.tolerance
-    under = {t: (used.get(t, 0.0) / total_used) < floor * (weights[t] / total_w) for t in active}
-    if not any(under.values()):
+    tol = config.tolerance
+    ranks: dict[str, int] = {}
+    for t in active:
+        error = (used.get(t, 0.0) / total_used) / (weights[t] / total_w) - 1.0
+        ranks[t] = 0 if error < -tol else 2 if error > tol else 1
+    if all(r == 1 for r in ranks.values()):
         return dict.fromkeys(active, 0)
-    return {t: 0 if under[t] else 1 for t in active}
+    return ranks
 
 
 class TenantLayer:
@@ -162,8 +173,8 @@ class TenantLayer:
     requirement alone (the scheduler appends as it makes groups). The policy plans over
     the base groups, exactly as without tenants (its groups split by tenant would change
     IRS's plan: a signature owned by one tenant's share of a requirement); each group's
-    section is then ``(band * priority classes + priority rank) * inner sections +`` its
-    base group's section.
+    section is then its base group's section ``* bands * priority classes + band *
+    priority classes + priority rank``: the policy's sections stay outermost.
     """
 
     def __init__(
@@ -189,6 +200,11 @@ class TenantLayer:
         self._inner: np.ndarray | None = None  # the inner table ``_table`` was made from
         self._table: np.ndarray | None = None
         self.bases: dict[Requirement, int] = {}  # requirement -> its base group
+        self.frac: list[float] = []  # job idx -> the part of its devices charged
+        self._multi = np.zeros(0, dtype=bool)  # signature -> wanted by 2+ tenants' rounds
+        self._multi_key: tuple[object, ...] = ()
+        self._frac_key: tuple[object, ...] = ()
+        self._supply = np.zeros(0, dtype=np.float64)  # per signature, at the last plan
 
     def label(self, group: int, spec: JobSpec) -> None:
         """File a group the scheduler made for ``spec`` (its first job) or found."""
@@ -235,6 +251,56 @@ class TenantLayer:
 
     def replan(self, view: PolicyView) -> None:
         self.inner.replan(self.base_view(view))
+        self._supply = view.supply
+
+    def charges(self, heads: list[int], num_jobs: int, num_tiers: int) -> None:
+        """Each head job's charge per device: the part of the supply of the rows it
+        heads that another tenant's open round is eligible for (kept while the heads
+        and the contended signatures stay the same)."""
+        multi = self._multi
+        key = (multi, num_jobs, heads)
+        if (
+            self._frac_key
+            and self._frac_key[0] is multi
+            and self._frac_key[1] == num_jobs
+            and self._frac_key[2] == heads
+        ):
+            return
+        self._frac_key = key
+        if not multi.any():  # nobody contends: what is lent is not owed back
+            self.frac = [0.0] * num_jobs
+            return
+        supply = self._supply
+        num_sigs = len(multi)
+        if len(supply) < num_sigs:
+            supply = np.concatenate([supply, np.ones(num_sigs - len(supply))])
+        head = np.asarray(heads, dtype=np.int64)[: num_sigs * num_tiers]
+        w = np.repeat(supply[:num_sigs] + 1e-9, num_tiers)[: len(head)]
+        m = np.repeat(multi, num_tiers)[: len(head)]
+        ok = head >= 0
+        h, w, m = head[ok], w[ok], m[ok]
+        total = np.bincount(h, weights=w, minlength=num_jobs)
+        shared = np.bincount(h, weights=w * m, minlength=num_jobs)
+        self.frac = np.divide(shared, total, out=np.ones(num_jobs), where=total > 0).tolist()
+
+    def contended(self, view: PolicyView, groups: list[int], active: list[str]) -> None:
+        """The signatures more than one tenant's open jobs are eligible for (kept while
+        the groups with open jobs and the eligibility stay the same)."""
+        key = (view.sig_matrix, tuple(groups))
+        if self._multi_key and self._multi_key[0] is key[0] and self._multi_key[1] == key[1]:
+            return
+        self._multi_key = key
+        if len(active) <= 1:
+            self._multi = np.zeros(0, dtype=bool)
+            return
+        labels = self.labels
+        index = {t: i for i, t in enumerate(active)}
+        owner = np.array([index[labels[g][0]] for g in groups], dtype=np.int64)
+        m = view.sig_matrix[:, groups]
+        hit = np.zeros((m.shape[0], len(active)), dtype=bool)
+        for i in range(len(active)):
+            hit[:, i] = m[:, owner == i].any(axis=1)
+        self._multi = hit.sum(axis=1) >= 2
 
     def rerank(self, view: PolicyView) -> None:
         """Band the tenants with open demand by their standing now (every compile)."""
@@ -243,6 +309,7 @@ class TenantLayer:
         active = sorted({labels[g][0] for g in groups})
         prios = sorted({labels[g][1] for g in groups}, reverse=True)
         self.ranks = ranks = rank_tenants(active, self.ledger.used, self.config)
+        self.contended(view, groups, active)
         prio_rank = {p: r for r, p in enumerate(prios)}
         classes = max(1, len(prios))
         bands = max(ranks.values(), default=0) + 1
@@ -270,10 +337,10 @@ class TenantLayer:
         key = (num_sigs, rank.tobytes(), self.num_sections)
         if self._key == key and self._inner is inner and self._table is not None:
             return self._table
-        k = self.inner.num_sections
-        table = np.broadcast_to(rank[None, :] * k, (num_sigs, num_groups)).astype(np.int64)
+        outer = self.num_sections // self.inner.num_sections
+        table = np.broadcast_to(rank[None, :], (num_sigs, num_groups)).astype(np.int64)
         if inner is not None:
-            table = table + inner[:, self._base]
+            table = table + inner[:, self._base] * outer
         self._key = key
         self._inner = inner
         self._table = table
