@@ -7,29 +7,32 @@ others and comes back the moment it opens a round (nothing is preempted: a devic
 assigned stays assigned until its task ends).
 
 What a tenant *used* is the devices assigned to its jobs, over a sliding window of
-``window_s`` seconds, that another tenant's open round was also eligible for: devices
-only one tenant wants are not counted (nobody was denied them), and neither is what an
-idle tenant lent, so a tenant that comes back owes nothing for it. Device-assignments,
-not device time: the core knows an assignment when it makes it, while a task's device
-time is known only when it ends (up to a round deadline later, or never for a device
-that drops out), and every job of the Table 1 workloads declares the same task time, so
-assignments are device time up to the devices' speeds. Which assignments were contended
-is judged per compile: a job heading some rows of the table is charged, per device, the
-part of those rows' supply that another tenant's open round is eligible for. The window
-is not in the scheduler's snapshots: a restarted scheduler starts it empty.
+``window_s`` seconds, that another tenant's open round was also eligible for; what it is
+*owed* of them is, per such device, its weight over the weights of the tenants whose open
+rounds were eligible (its contenders). Devices only one tenant wants count for nobody
+(nobody was denied them), and neither does what an idle tenant lent: a tenant coming back
+gets its share from then on, not a payback. Device-assignments, not device time: the core
+knows an assignment when it makes it, while a task's device time is known only when it
+ends (up to a round deadline later, or never for a device that drops out), and every job
+of the Table 1 workloads declares the same task time, so assignments are device time up
+to the devices' speeds. A decision only counts its job's take; at the next compile each
+take is charged with the table it was made under: a job heading some rows is charged,
+per device, the part of those rows' recent supply that is contended and each tenant's
+entitlement to it. The window is not in the scheduler's snapshots: a restarted
+scheduler starts it empty.
 
-At each table compile the tenants with open demand fall in bands by their used share
-against their share (relative): 0 under it by more than ``tolerance``, 2 over it by
-more, 1 within; all 0 (the policy alone) while every tenant is within. A device's
-candidates are then ordered by (the policy's own section, band, priority class, the
-policy's order): IRS's ownership of a signature stays first, so a tenant never takes a
-device from the requirement IRS planned it for while that requirement waits; among the
-jobs of one section a tenant under its share goes first and one over it last; a higher
-priority class goes first inside a band; inside a tenant and priority class the order
-is IRS's. The layer only reorders candidates: a device any open job can take is
-assigned (work-conserving). The policy plans over the requirements (groups merged
-back), so its plan is the tenant-blind one. With one tenant and one priority class the
-sections, and so the decisions, are exactly those of the policy alone.
+At each table compile the tenants with open demand fall in bands by their use against
+what they are owed (relative): 0 under it by more than ``tolerance``, 2 over it by more,
+1 within; all 0 (the policy alone) while every tenant is within. A tenant in band 0 goes
+first in every one of the policy's sections (it may take a device IRS planned for
+another requirement: that is how it catches up); the others keep the policy's sections
+outermost, by band inside each, so while nobody is under, IRS's ownership holds and a
+tenant over its share goes last among the jobs of a section. A higher priority class goes
+first inside a band; inside a tenant and priority class the order is IRS's. The layer
+only reorders candidates: a device any open job can take is assigned (work-conserving).
+The policy plans over the requirements (groups merged back), so its plan is the
+tenant-blind one. With one tenant and one priority class the sections, and so the
+decisions, are exactly those of the policy alone.
 """
 
 from __future__ import annotations
@@ -182,9 +185,10 @@ class TenantLayer:
     ``labels[g]`` is group g's (tenant, priority, base): base is the group of its
     requirement alone (the scheduler appends as it makes groups). The policy plans over
     the base groups, exactly as without tenants (its groups split by tenant would change
-    IRS's plan: a signature owned by one tenant's share of a requirement); each group's
-    section is then its base group's section ``* bands * priority classes + band *
-    priority classes + priority rank``: the policy's sections stay outermost.
+    IRS's plan: a signature owned by one tenant's share of a requirement). With ``c``
+    priority classes and ``k`` policy sections, a group of band 0 is in section
+    ``inner * c + priority rank`` and any other in ``k * c + inner * (bands - 1) * c +
+    (band - 1) * c + priority rank``, ``inner`` its base group's section.
     """
 
     def __init__(
