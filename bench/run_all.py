@@ -67,7 +67,7 @@ BENCHES = (
     Bench("estimate_bench.py", "completion estimate at arrival against the actual JCT, "
           "per Table 1 workload", None, "about 3 minutes"),
     Bench("tenants_bench.py", "tenant shares of the devices against their weights, and the "
-          "average JCT against tenant-blind venn (simulator)", None, "about a minute"),
+          "average JCT against tenant-blind venn (simulator)", None, "about 3 minutes"),
     Bench("bound_slot_bench.py", "the optimality bound's LP against its slot length", None,
           "up to an hour"),
     Bench("flower_bench.py", "three Flower runs on eight SuperNodes: Venn against Flower "

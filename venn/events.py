@@ -161,8 +161,11 @@ class JobAdmission(Event, tag="job_admission", frozen=True):
     deadline_s: PosDuration | None = None
     workload_s: Duration | None = None
     submit_token: Id | None = None
+    priority: Priority | None = None
+    """Its priority class inside its tenant (None: 0), carried to the registration."""
     owner: Id | None = None
-    """Who submitted it (the subject of their token): the registration's token is theirs."""
+    """Who submitted it (the subject of their token): the registration's token is theirs,
+    and so is its tenant."""
     token: Token | None = None
     """An operator's (admin) token."""
 

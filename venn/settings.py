@@ -274,14 +274,15 @@ class TenantSettings:
     window_s: float = setting(
         "VENN_TENANT_WINDOW_S",
         1800.0,
-        "The sliding window over which a tenant's use (devices assigned to its jobs) is "
-        "compared with its share.",
+        "The sliding window over which a tenant's use (the contended devices assigned to "
+        "its jobs) is compared with its share.",
     )
     tolerance: float = setting(
         "VENN_TENANT_TOLERANCE",
         0.05,
-        "How far (relative) a tenant's use may fall under its share before its jobs get "
-        "their eligible devices first; above it the policy alone orders them.",
+        "How far (relative) a tenant's use of contended devices may fall under its share "
+        "before its jobs go first among those a device's owner section holds, or pass it "
+        "before they go last; while every tenant is within it the policy alone orders them.",
     )
 
     rerank_every: int = setting(

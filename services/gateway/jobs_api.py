@@ -228,6 +228,7 @@ class JobsApi:
                 None,
                 f"queue:{job_id}:{attempt}",
                 **_job_fields(spec),
+                priority=spec.priority or None,
                 owner=subject if claims is not None else None,
             )
             await self._publish(queued)
@@ -319,7 +320,9 @@ class JobsApi:
                     workload_s=req.workload_s,
                     submit_token=queued.submit_token,
                     token=self._event_token(req.job_id, owner),
+                    # As a direct admission registers it: its owner's tenant, its class.
                     tenant=queued.owner,
+                    priority=queued.priority,
                 )
             )
             await self._seen(partial(self._registered, req.job_id))

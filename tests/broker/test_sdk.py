@@ -11,9 +11,11 @@ from aiokafka import AIOKafkaProducer
 
 from tests.event_recorder import Published
 from venn import events
+from venn.auth.checks import check_job_event
+from venn.auth.tokens import MIN_SECRET_BYTES, Tokens
 from venn.broker import topics
 from venn.broker.topics import ensure_topics
-from venn.events import Assignment, DeviceResult, Event
+from venn.events import Assignment, DeviceResult, Event, JobRegistered
 from venn.sdk import VennClient, new_event_id
 
 
@@ -151,3 +153,28 @@ async def test_register_and_round_requests_are_keyed_by_job(
     # These two, in this order, keyed by the job.
     await jobs.expect(topics.JOBS, [reg, req], lambda e: e.job_id == job)
     assert reg.requirement == {"cpu_f": 7.0}  # the paper's alias, normalised
+
+
+async def test_a_registration_carries_the_tenant_of_the_clients_token(
+    broker: str, unique: str, published: Published
+) -> None:
+    await ensure_topics(broker, 4)
+    tokens = Tokens("s" * MIN_SECRET_BYTES)
+    job = f"team-{unique}-1"
+    token = tokens.issue("job", f"team-{unique}", jobs=[f"team-{unique}-*"], ttl_s=60)
+    jobs = await published(topics.JOBS)
+    async with VennClient(broker, token=token) as owner:
+        reg = await owner.register_job(job, {"cpu": 1}, demand=3, rounds=2, deadline_s=300)
+        later = await owner.register_job(
+            f"{job}-b", {"cpu": 1}, demand=3, rounds=2, deadline_s=300, priority=2
+        )
+    await jobs.expect(topics.JOBS, [reg, later], lambda e: e.job_id.startswith(job))
+    assert isinstance(reg, JobRegistered) and isinstance(later, JobRegistered)
+    assert (reg.tenant, reg.priority) == (f"team-{unique}", None)
+    assert (later.tenant, later.priority) == (f"team-{unique}", 2)
+    # What the scheduler's check of venn.jobs admits: a job token for its own tenant.
+    claims = check_job_event(tokens, reg)
+    assert claims is not None and claims.subject == f"team-{unique}"
+    async with VennClient(broker) as anonymous:  # no token: the default tenant
+        plain = await anonymous.register_job(f"plain-{unique}", {"cpu": 1}, 3, 2, 300)
+    assert plain.tenant is None

@@ -186,3 +186,46 @@ async def test_admission_decisions_carry_a_token_every_reader_accepts() -> None:
     forged = msgspec.structs.replace(refusal, token=owner)
     with pytest.raises(AuthError):
         check_job_event(memory.tokens, forged)
+
+
+async def test_a_queued_job_is_registered_with_its_tenant_and_priority() -> None:
+    memory = memory_gateway()
+    memory.settings = memory.settings.with_admission(max_running_jobs=1, queue_check_s=0.05)
+    memory.status = _status(time.time())
+    assert memory.tokens is not None
+    owner = memory.tokens.issue("job", "team-a", jobs=["team-a-*"], ttl_s=60)
+
+    def spec(job_id: str, priority: int) -> bytes:
+        fields = {**SPEC, "job_id": job_id, "requirement": {"ram": 2}, "priority": priority}
+        return msgspec.json.encode(fields)
+
+    async with serve(memory, jobs_api.register) as (http, url):
+        async with http.post(
+            f"{url}/v1/jobs", data=spec("team-a-1", 0), headers=bearer(owner)
+        ) as r:
+            assert r.status == 201
+        async with http.post(
+            f"{url}/v1/jobs?queue=true", data=spec("team-a-2", 3), headers=bearer(owner)
+        ) as r:
+            assert (r.status, (await r.json())["state"]) == (202, "queued")
+        now = time.time()
+        memory.view.apply(ev.JobFinished(event_id="fin-1", time=now, job_id="team-a-1",
+                                         rounds_completed=2, arrival=now - 5,
+                                         finished_at=now, jct_s=5.0))  # fmt: skip
+        for _ in range(100):
+            if any(
+                isinstance(e, ev.JobRegistered) and e.job_id == "team-a-2" for e in memory.published
+            ):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the queued job was not admitted")
+    (queued,) = [
+        e for e in memory.published if isinstance(e, ev.JobAdmission) and e.decision == "queued"
+    ]
+    assert (queued.owner, queued.priority) == ("team-a", 3)
+    registered = [e for e in memory.published if isinstance(e, ev.JobRegistered)]
+    assert [(e.job_id, e.tenant, e.priority) for e in registered] == [
+        ("team-a-1", "team-a", None),
+        ("team-a-2", "team-a", 3),
+    ]

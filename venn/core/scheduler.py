@@ -245,7 +245,8 @@ class Scheduler:
         js.assigned += 1
         js.service += 1
         if self.layer is not None:
-            self.layer.ledger.charge(js.spec.tenant, 1)
+            taken = self.layer.taken
+            taken[js.idx] = taken.get(js.idx, 0) + 1
         self.open.touch(js.idx)
         if js.remaining <= 0:
             js.filled_at = now
@@ -509,9 +510,10 @@ class Scheduler:
         js.assigned += count
         js.service += count
         layer = self.layer
-        if layer is not None:  # tenants: a count, filed at the next compile
-            layer.ledger.charge(js.spec.tenant, count)
         idx = js.idx
+        if layer is not None:  # tenants: a count, filed at the next compile
+            taken = layer.taken
+            taken[idx] = taken.get(idx, 0) + count
         self.open.touched.add(idx)
         budget = self._table.budget
         if idx < len(budget):
@@ -585,6 +587,9 @@ class Scheduler:
             out[js.idx] = progress_ratio(p, concurrent)
         return out
 
+    def _tenant_of(self, idx: int) -> str:
+        return self.by_idx[idx].spec.tenant
+
     def _supply_by_signature(self) -> np.ndarray:
         return self.signature_counts()
 
@@ -619,9 +624,14 @@ class Scheduler:
         self.compiles += 1
         layer = policy if isinstance(policy, TenantLayer) else None
         if layer is not None:
+            layer.file(self._tenant_of)
             layer.ledger.expire(now)
             layer.rerank(view)
         self._table = self._compiler.compile(open_jobs, len(self.by_idx), policy, view)
+        if layer is not None:
+            table = self._table
+            if table.head_list is not None or not table.uniform:
+                layer.charges(view, table.heads(), len(self.by_idx), self.num_tiers)
         if layer is not None and len(layer.ranks) > 1:
             # Standing moves with every assignment: rank again after a few.
             np.minimum(self._table.budget, layer.config.rerank_every, out=self._table.budget)

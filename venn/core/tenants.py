@@ -6,29 +6,39 @@ over the weights of the tenants with open demand, so an idle tenant's share is l
 others and comes back the moment it opens a round (nothing is preempted: a device
 assigned stays assigned until its task ends).
 
-What a tenant *used* is the devices assigned to its jobs over a sliding window of
-``window_s`` seconds. Device-assignments, not device time: the core knows an assignment
-when it makes it, while a task's device time is known only when it ends (up to a round
-deadline later, or never for a device that drops out), and every job of the Table 1
-workloads declares the same task time, so assignments are device time up to the devices'
-speeds. The window is not in the scheduler's snapshots: a restarted scheduler starts it
-empty.
+What a tenant *used* is the devices assigned to its jobs, over a sliding window of
+``window_s`` seconds, that another tenant's open round was also eligible for; what it is
+*owed* of them is, per such device, its weight over the weights of the tenants whose open
+rounds were eligible (its contenders). Devices only one tenant wants count for nobody
+(nobody was denied them), and neither does what an idle tenant lent: a tenant coming back
+gets its share from then on, not a payback. Device-assignments, not device time: the core
+knows an assignment when it makes it, while a task's device time is known only when it
+ends (up to a round deadline later, or never for a device that drops out), and every job
+of the Table 1 workloads declares the same task time, so assignments are device time up
+to the devices' speeds. A decision only counts its job's take; at the next compile each
+take is charged with the table it was made under: a job heading some rows is charged,
+per device, the part of those rows' recent supply that is contended and each tenant's
+entitlement to it. The window is not in the scheduler's snapshots: a restarted
+scheduler starts it empty.
 
-At each table compile the tenants with open demand fall in two bands: 0 for those whose
-used share is under their share by more than ``tolerance`` (relative), 1 for the others
-(all 0 when nobody is under). A device's candidates are then ordered by (band, priority
-class, the policy's own section, the policy's order): a tenant under its share gets its
-eligible devices first, a higher priority class goes first inside a band, then the policy
-(IRS) as without tenants. The policy plans over the requirements (groups merged back), so
-its plan is the tenant-blind one; the layer only reorders sections of the compiled table.
-With one tenant and one priority class the sections, and so the decisions, are exactly
-those of the policy alone.
+At each table compile the tenants with open demand fall in bands by their use against
+what they are owed (relative): 0 under it by more than ``tolerance``, 2 over it by more,
+1 within; all 0 (the policy alone) while every tenant is within. A tenant in band 0 goes
+first in every one of the policy's sections (it may take a device IRS planned for
+another requirement: that is how it catches up); the others keep the policy's sections
+outermost, by band inside each, so while nobody is under, IRS's ownership holds and a
+tenant over its share goes last among the jobs of a section. A higher priority class goes
+first inside a band; inside a tenant and priority class the order is IRS's. The layer
+only reorders candidates: a device any open job can take is assigned (work-conserving).
+The policy plans over the requirements (groups merged back), so its plan is the
+tenant-blind one. With one tenant and one priority class the sections, and so the
+decisions, are exactly those of the policy alone.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -98,61 +108,75 @@ def parse_tenants(text: str) -> dict[str, TenantShare]:
 
 
 class TenantLedger:
-    """Devices assigned per tenant over a sliding window of scheduler time.
+    """Per tenant over a sliding window of scheduler time: the contended devices assigned
+    to its jobs (``used``) and those it was entitled to (``owed``: of each contended
+    device, its weight over the weights of the tenants contending for it).
 
-    A decision only adds to ``pending``; the scheduler files what is pending at its next
-    table compile (``expire``), where standing is read: a decision stays cheap, and use
-    is timed by the compiles (a table holds at most ``rerank_every`` assignments of a job
-    while tenants contend)."""
+    A decision only counts its job's take; the scheduler files it at its next table
+    compile (``charge``, then ``expire``), where standing is read: a decision stays cheap,
+    and use is timed by the compiles (a table holds at most ``rerank_every`` assignments
+    of a job while tenants contend)."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self.used: dict[str, float] = {}
-        self.pending: dict[str, int] = {}
-        self._log: deque[tuple[float, str, int]] = deque()
-        self.total: dict[str, int] = {}  # over the whole run (reports)
-        self.history: list[tuple[float, str, int]] | None = None  # a bench sets a list
+        self.owed: dict[str, float] = {}
+        self.pending: dict[str, tuple[float, float]] = {}
+        self._log: deque[tuple[float, str, float, float]] = deque()
+        self.total: dict[str, float] = {}  # used over the whole run (reports)
 
-    def charge(self, tenant: str, count: int) -> None:
-        pending = self.pending
-        pending[tenant] = pending.get(tenant, 0) + count
+    def charge(self, tenant: str, used: float, owed: float = 0.0) -> None:
+        u, o = self.pending.get(tenant, (0.0, 0.0))
+        self.pending[tenant] = (u + used, o + owed)
 
     def expire(self, now: float) -> None:
-        """File what is pending as used at ``now`` and drop what left the window."""
+        """File what is pending at ``now`` and drop what left the window."""
         log = self._log
-        used = self.used
+        used, owed = self.used, self.owed
         if self.pending:
             total = self.total
-            for tenant, count in self.pending.items():
-                log.append((now, tenant, count))
-                used[tenant] = used.get(tenant, 0.0) + count
-                total[tenant] = total.get(tenant, 0) + count
-                if self.history is not None:
-                    self.history.append((now, tenant, count))
+            for tenant, (u, o) in self.pending.items():
+                log.append((now, tenant, u, o))
+                used[tenant] = used.get(tenant, 0.0) + u
+                owed[tenant] = owed.get(tenant, 0.0) + o
+                total[tenant] = total.get(tenant, 0.0) + u
             self.pending = {}
         cutoff = now - self.window_s
         while log and log[0][0] < cutoff:
-            _, tenant, count = log.popleft()
-            used[tenant] -= count
+            _, tenant, u, o = log.popleft()
+            used[tenant] -= u
+            owed[tenant] -= o
 
 
 def rank_tenants(
-    active: list[str], used: Mapping[str, float], config: TenantConfig
+    active: list[str],
+    used: Mapping[str, float],
+    config: TenantConfig,
+    owed: Mapping[str, float] | None = None,
 ) -> dict[str, int]:
-    """Band of each tenant with open demand: 0 if its used share is under its share by
-    more than ``config.tolerance`` (relative), else 1; all 0 when nobody is under."""
+    """Band of each tenant with open demand: 0 if its use is under what it is owed by
+    more than ``config.tolerance`` (relative), 2 if over it by more, else 1; all 0 (the
+    policy alone) while every tenant is within the tolerance. Without ``owed``, a
+    tenant is owed its weight share of the active tenants' use."""
     if len(active) <= 1:
         return dict.fromkeys(active, 0)
-    weights = {t: config.weight(t) for t in active}
-    total_w = sum(weights.values())
-    total_used = sum(used.get(t, 0.0) for t in active)
-    if total_used <= 0:
+    if owed is None:
+        weights = {t: config.weight(t) for t in active}
+        total_w = sum(weights.values())
+        total_used = sum(used.get(t, 0.0) for t in active)
+        owed = {t: total_used * weights[t] / total_w for t in active}
+    tol = config.tolerance
+    ranks: dict[str, int] = {}
+    for t in active:
+        due = owed.get(t, 0.0)
+        if due <= 1e-9:
+            ranks[t] = 1  # not contended for in the window: nothing to judge
+            continue
+        error = used.get(t, 0.0) / due - 1.0
+        ranks[t] = 0 if error < -tol else 2 if error > tol else 1
+    if all(r == 1 for r in ranks.values()):
         return dict.fromkeys(active, 0)
-    floor = 1.0 - config.tolerance
-    under = {t: (used.get(t, 0.0) / total_used) < floor * (weights[t] / total_w) for t in active}
-    if not any(under.values()):
-        return dict.fromkeys(active, 0)
-    return {t: 0 if under[t] else 1 for t in active}
+    return ranks
 
 
 class TenantLayer:
@@ -161,9 +185,10 @@ class TenantLayer:
     ``labels[g]`` is group g's (tenant, priority, base): base is the group of its
     requirement alone (the scheduler appends as it makes groups). The policy plans over
     the base groups, exactly as without tenants (its groups split by tenant would change
-    IRS's plan: a signature owned by one tenant's share of a requirement); each group's
-    section is then ``(band * priority classes + priority rank) * inner sections +`` its
-    base group's section.
+    IRS's plan: a signature owned by one tenant's share of a requirement). With ``c``
+    priority classes and ``k`` policy sections, a group of band 0 is in section
+    ``inner * c + priority rank`` and any other in ``k * c + inner * (bands - 1) * c +
+    (band - 1) * c + priority rank``, ``inner`` its base group's section.
     """
 
     def __init__(
@@ -186,9 +211,18 @@ class TenantLayer:
         self._first = np.zeros(0, dtype=np.int64)  # base group -> its first group
         self._merged: tuple[np.ndarray, np.ndarray] | None = None  # (sig_matrix, merged)
         self._key: tuple[object, ...] | None = None
+        self._classes = 1
         self._inner: np.ndarray | None = None  # the inner table ``_table`` was made from
         self._table: np.ndarray | None = None
         self.bases: dict[Requirement, int] = {}  # requirement -> its base group
+        self.taken: dict[int, int] = {}  # job idx -> devices taken since the last compile
+        self._frac: list[float] = []  # job idx -> the part of its devices contended
+        self._owed: list[list[float]] = []  # job idx -> per active tenant, owed per device
+        self._active: list[str] = []
+        self._multi = np.zeros(0, dtype=bool)  # signature -> wanted by 2+ tenants' rounds
+        self._entitled = np.zeros((0, 0))  # signature -> each active tenant's entitlement
+        self._multi_key: tuple[object, ...] = ()
+        self._frac_key: tuple[object, ...] = ()
 
     def label(self, group: int, spec: JobSpec) -> None:
         """File a group the scheduler made for ``spec`` (its first job) or found."""
@@ -236,13 +270,102 @@ class TenantLayer:
     def replan(self, view: PolicyView) -> None:
         self.inner.replan(self.base_view(view))
 
+    def file(self, tenant_of: Callable[[int], str]) -> None:
+        """Charge the takes since the last compile with the shares of the table they were
+        made under (before it is compiled anew)."""
+        taken = self.taken
+        if not taken:
+            return
+        frac, owed, active = self._frac, self._owed, self._active
+        used: dict[str, float] = {}
+        due = [0.0] * len(active)
+        for idx, count in taken.items():
+            tenant = tenant_of(idx)
+            if idx < len(frac):
+                used[tenant] = used.get(tenant, 0.0) + count * frac[idx]
+                if idx < len(owed):
+                    for i, x in enumerate(owed[idx]):
+                        due[i] += count * x
+            else:
+                used[tenant] = used.get(tenant, 0.0) + count
+        ledger = self.ledger
+        for tenant, u in used.items():
+            ledger.charge(tenant, u)
+        for tenant, o in zip(active, due, strict=True):
+            if o:
+                ledger.charge(tenant, 0.0, o)
+        self.taken = {}
+
+    def charges(self, view: PolicyView, heads: list[int], num_jobs: int, num_tiers: int) -> None:
+        """Per head job and device: the part of the supply of the rows it heads that
+        another tenant's open round is eligible for, and each tenant's entitlement to
+        it (kept while the heads and the contended signatures stay the same)."""
+        multi = self._multi
+        key = (multi, num_jobs, heads)
+        if (
+            self._frac_key
+            and self._frac_key[0] is multi
+            and self._frac_key[1] == num_jobs
+            and self._frac_key[2] == heads
+        ):
+            return
+        self._frac_key = key
+        if not multi.any():  # nobody contends: what is lent is not owed back
+            self._frac = [0.0] * num_jobs
+            self._owed = []
+            return
+        supply = view.supply  # recent check-ins per signature (a device's odds of a row)
+        num_sigs = len(multi)
+        if len(supply) < num_sigs:
+            supply = np.concatenate([supply, np.ones(num_sigs - len(supply))])
+        head = np.asarray(heads, dtype=np.int64)[: num_sigs * num_tiers]
+        rows = np.repeat(np.arange(num_sigs), num_tiers)[: len(head)]
+        ok = head >= 0
+        h, r = head[ok], rows[ok]
+        w = supply[r] + 1e-9
+        total = np.bincount(h, weights=w, minlength=num_jobs)
+        shared = np.bincount(h, weights=w * multi[r], minlength=num_jobs)
+        where = total > 0
+        self._frac = np.divide(shared, total, out=np.ones(num_jobs), where=where).tolist()
+        entitled = self._entitled
+        owed = np.zeros((num_jobs, entitled.shape[1]))
+        for i in range(entitled.shape[1]):
+            got = np.bincount(h, weights=w * entitled[r, i], minlength=num_jobs)
+            owed[:, i] = np.divide(got, total, out=np.zeros(num_jobs), where=where)
+        self._owed = owed.tolist()
+
+    def contended(self, view: PolicyView, groups: list[int], active: list[str]) -> None:
+        """The signatures more than one tenant's open jobs are eligible for (kept while
+        the groups with open jobs and the eligibility stay the same)."""
+        key = (view.sig_matrix, tuple(groups))
+        if self._multi_key and self._multi_key[0] is key[0] and self._multi_key[1] == key[1]:
+            return
+        self._multi_key = key
+        self._active = list(active)
+        if len(active) <= 1:
+            self._multi = np.zeros(0, dtype=bool)
+            self._entitled = np.zeros((0, 0))
+            return
+        labels = self.labels
+        index = {t: i for i, t in enumerate(active)}
+        owner = np.array([index[labels[g][0]] for g in groups], dtype=np.int64)
+        m = view.sig_matrix[:, groups]
+        hit = np.zeros((m.shape[0], len(active)), dtype=bool)
+        for i in range(len(active)):
+            hit[:, i] = m[:, owner == i].any(axis=1)
+        self._multi = multi = hit.sum(axis=1) >= 2
+        weights = np.array([self.config.weight(t) for t in active]) * hit * multi[:, None]
+        sums = weights.sum(axis=1, keepdims=True)
+        self._entitled = np.divide(weights, sums, out=np.zeros_like(weights), where=sums > 0)
+
     def rerank(self, view: PolicyView) -> None:
         """Band the tenants with open demand by their standing now (every compile)."""
         groups = view.group_queues()[0] if len(view) else []
         labels = self.labels
         active = sorted({labels[g][0] for g in groups})
         prios = sorted({labels[g][1] for g in groups}, reverse=True)
-        self.ranks = ranks = rank_tenants(active, self.ledger.used, self.config)
+        self.ranks = ranks = rank_tenants(active, self.ledger.used, self.config, self.ledger.owed)
+        self.contended(view, groups, active)
         prio_rank = {p: r for r, p in enumerate(prios)}
         classes = max(1, len(prios))
         bands = max(ranks.values(), default=0) + 1
@@ -254,6 +377,7 @@ class TenantLayer:
             ],
             dtype=np.int64,
         )
+        self._classes = classes
         self.num_sections = self.inner.num_sections * bands * classes
 
     def section_table(self, view: PolicyView) -> np.ndarray | None:
@@ -271,9 +395,19 @@ class TenantLayer:
         if self._key == key and self._inner is inner and self._table is not None:
             return self._table
         k = self.inner.num_sections
-        table = np.broadcast_to(rank[None, :] * k, (num_sigs, num_groups)).astype(np.int64)
-        if inner is not None:
-            table = table + inner[:, self._base]
+        classes = self._classes
+        bands = self.num_sections // (k * classes)
+        band, prio = np.divmod(rank, classes)
+        own = (
+            inner[:, self._base]
+            if inner is not None
+            else np.zeros((num_sigs, num_groups), dtype=np.int64)
+        )
+        # A tenant under its share (band 0) goes first in every section of the policy;
+        # the others keep the policy's sections outermost, by band inside each.
+        first = own * classes + prio[None, :]
+        rest = k * classes + own * ((bands - 1) * classes) + ((band - 1) * classes + prio)[None, :]
+        table = np.where((band == 0)[None, :], first, rest).astype(np.int64)
         self._key = key
         self._inner = inner
         self._table = table

@@ -26,6 +26,7 @@ from typing import Any, Literal, Self, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from venn import events
+from venn.auth.tokens import subject_of
 from venn.broker import topics
 from venn.broker.publish import KafkaEvents
 from venn.broker.stream import EventStream, KafkaRecords, owned_by
@@ -124,9 +125,11 @@ class VennClient:
         heartbeat_s: float = 30.0,
     ) -> None:
         """``token``: the owner's API token, sent with every job and round event (needed
-        when the deployment authenticates: `venn token job --jobs ID`)."""
+        when the deployment authenticates: `venn token job --jobs ID`). Its owner is the
+        tenant of the jobs registered here, as through the job API."""
         self.bootstrap = bootstrap
         self.token = token
+        self.tenant = subject_of(token) if token else None
         self.kafka_options = dict(kafka_options or {})
         self.heartbeat_s = heartbeat_s
         self._alive: set[str] = set()
@@ -263,9 +266,12 @@ class VennClient:
         deadline_s: float,
         workload_s: float = 30.0,
         submit_token: str | None = None,
+        priority: int = 0,
     ) -> JobRegistered:
         """Register a job. ``submit_token`` (default: a fresh one) makes a retry of this
-        very call a no-op, while a second job with the same id is refused."""
+        very call a no-op, while a second job with the same id is refused. The job's
+        tenant is the token's owner (none without a token: the default tenant);
+        ``priority`` is its class inside the tenant (higher first)."""
         self.subscribe(job_id)
         self.keep_alive(job_id)
         event = JobRegistered(
@@ -280,6 +286,8 @@ class VennClient:
             deadline_s=deadline_s,
             workload_s=workload_s,
             submit_token=submit_token or new_event_id(),
+            tenant=self.tenant,
+            priority=priority or None,
         )
         await self._send(topics.JOBS, event)
         return event
