@@ -524,11 +524,11 @@ async def measure_size(
 
 async def start_deciding(env: dict[str, str], run_dir: Path) -> Any:
     """A scheduler worker started with ``env``, once it decides."""
-    env = {**env, "VENN_SCHEDULER_WEB_PORT": str(free_port())}
+    port = free_port()
+    env = {**env, "VENN_SCHEDULER_WEB_PORT": str(port)}
     with open(run_dir / "worker.log", "ab") as log:
         worker = start_worker(env, log)
     deadline = time.monotonic() + 120
-    port = int(env["VENN_SCHEDULER_WEB_PORT"])
     while await asyncio.to_thread(settled_decider, {"w": port}) is None:
         if time.monotonic() > deadline:
             raise RuntimeError("the scheduler worker did not start deciding in 120 s")
@@ -551,7 +551,7 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
             "VENN_RUN_DIR": str(run_dir),
             "VENN_POLICY": "venn",
         }
-        worker = await start_deciding(env, run_dir)
+        worker, gathering = await start_deciding(env, run_dir), True
         emu = Emulation(settings, counts[topics.CHECKINS])
         await emu.start()
         meter = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap)
@@ -578,10 +578,10 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
             if args.ungathered:
                 plan += [(d, UNGATHERED) for d in args.fleets]
             for devices, design in plan:
-                if design == UNGATHERED and env.get("VENN_SCHEDULER_GATHER_MS") != "0":
+                if design == UNGATHERED and gathering:
                     await asyncio.to_thread(stop_worker, worker, 10.0)
                     env["VENN_SCHEDULER_GATHER_MS"] = "0"
-                    worker = await start_deciding(env, run_dir)
+                    worker, gathering = await start_deciding(env, run_dir), False
                     await asyncio.sleep(3)
                 rows.append(
                     await measure_size(
