@@ -68,8 +68,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "designs_pipeline.json"
 DOC = ROOT / "docs" / "results" / "designs_pipeline.md"
-MARK_BEGIN = "<!-- bench:designs-pipeline begin -->"
-MARK_END = "<!-- bench:designs-pipeline end -->"
 BASELINE_COMMIT = "97defac"
 """The last commit with the leased mode (design C)."""
 PARTITIONS = 4
@@ -588,13 +586,6 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    head, rest = doc.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    DOC.write_text(f"{head}{MARK_BEGIN}\n{text}\n{MARK_END}{tail}")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["loadgen"]:
@@ -621,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
         out = asyncio.run(measure(args, Path(tmp)))
     sys.path.insert(0, str(ROOT))
     from venn.report.provenance import git_commit
+    from venn.report.results_page import write_block
 
     defaults = {"rate": 1000.0, "fleet": 100_000, "warmup": 10.0, "window": 25.0}
     command = (
@@ -649,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if not args.no_write:
         JSON_OUT.write_text(json.dumps({"meta": meta, "rows": out["rows"]}, indent=1) + "\n")
-        write_doc(text)
+        write_block(DOC, "designs-pipeline", text, "Scale-out designs in the pipeline")
         print(f"\nwrote {JSON_OUT.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
     return 0
 

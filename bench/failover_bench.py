@@ -42,12 +42,12 @@ from venn.broker import topics  # noqa: E402
 from venn.broker.local import local_broker  # noqa: E402
 from venn.broker.process import free_port  # noqa: E402
 from venn.report.provenance import git_commit  # noqa: E402
+from venn.report.results_page import write_block  # noqa: E402
 from venn.settings import Settings  # noqa: E402
 from venn.stack.processes import DECIDING, settled_decider, worker_metric  # noqa: E402
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "failover.json"
 DOC = ROOT / "docs" / "results" / "failover.md"
-BEGIN, END = "<!-- bench:failover begin -->", "<!-- bench:failover end -->"
 GOAL_S = 5.0
 PARTITIONS = 4
 WARM_ASSIGNMENTS = 20
@@ -228,13 +228,6 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/failover_bench.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -276,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if not args.no_write:
         JSON_OUT.write_text(json.dumps({"meta": meta, "runs": results}, indent=1) + "\n")
-        write_doc(text)
+        write_block(DOC, "failover", text, "Failover of the deciding scheduler worker")
         print(f"\nwrote {JSON_OUT.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
     return 0
 

@@ -68,12 +68,12 @@ from venn.broker.process import free_port  # noqa: E402
 from venn.core.model import Requirement  # noqa: E402
 from venn.core.status import SchedulerStatus, decode_status  # noqa: E402
 from venn.report.provenance import git_commit  # noqa: E402
+from venn.report.results_page import write_block  # noqa: E402
 from venn.settings import Settings  # noqa: E402
 from venn.stack.processes import settled_decider  # noqa: E402
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "fleet.json"
 DOC = ROOT / "docs" / "results" / "fleet.md"
-BEGIN, END = "<!-- bench:fleet begin -->", "<!-- bench:fleet end -->"
 GOAL_RATIO = 1.5
 PARTITIONS = 4
 FLEETS = (10_000, 100_000, 1_000_000, 10_000_000)
@@ -701,13 +701,6 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
     return "\n".join(lines)
 
 
-def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/fleet_bench.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -763,7 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         JSON_OUT.write_text(
             json.dumps({"meta": meta, "timing": timing, "rows": out["rows"]}, indent=1) + "\n"
         )
-        write_doc(text)
+        write_block(DOC, "fleet", text, "The scheduler's cost against the fleet's size")
         print(f"\nwrote {JSON_OUT.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
     return 0
 
