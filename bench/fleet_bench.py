@@ -608,7 +608,6 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str, float]) -> str:
     ours = [r for r in rows if r["design"] == OURS]
-    base = {r["devices"]: r for r in rows if r["design"] == BASELINE}
     sched = [r["scheduler_cpu_per_s"] for r in ours]
     got = ratio(sched) if sched else math.nan
     lines = [
@@ -665,31 +664,28 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
             f"the jobs open and no fleet the scheduler used {meta['scheduler_idle_cpu_per_s']:.3f}"
             " s/s."
         )
-    for r in rows:
-        mine = next((o for o in ours if o["devices"] == r["devices"]), None)
-        if r["design"] == UNSHARED and mine is not None and mine["scheduler_cpu_per_s"] > 0:
-            lines.append(
-                f"At {r['devices']:,} devices, each gateway holding the whole quota and "
-                f"reporting every second (the design before) costs the scheduler "
-                f"{r['scheduler_cpu_per_s'] / mine['scheduler_cpu_per_s']:.1f}x the CPU and "
-                f"forwards {r['forwarded_per_s'] / max(mine['forwarded_per_s'], 0.1):.1f}x the "
-                "check-ins."
-            )
-    for r in rows:
-        mine = next((o for o in ours if o["devices"] == r["devices"]), None)
-        if r["design"] == UNGATHERED and mine is not None and mine["scheduler_cpu_per_s"] > 0:
-            lines.append(
-                f"At {r['devices']:,} devices, a scheduler that reads each record as it "
-                f"arrives costs {r['scheduler_cpu_per_s'] / mine['scheduler_cpu_per_s']:.2f}x "
-                "the CPU of one that lets its input gather."
-            )
-    for devices, b in sorted(base.items()):
-        mine = next((r for r in ours if r["devices"] == devices), None)
-        if mine is not None and mine["scheduler_cpu_per_s"] > 0:
-            lines.append(
-                f"At {devices:,} devices, every check-in forwarded costs the scheduler "
-                f"{b['scheduler_cpu_per_s'] / mine['scheduler_cpu_per_s']:.1f}x the CPU."
-            )
+    # Each design before, against this one at the same size.
+    contrasts = {
+        UNSHARED: lambda r, x, fwd: (
+            f"At {r['devices']:,} devices, each gateway holding the whole quota and reporting "
+            f"every second (the design before) costs the scheduler {x:.1f}x the CPU and "
+            f"forwards {fwd:.1f}x the check-ins."
+        ),
+        UNGATHERED: lambda r, x, fwd: (
+            f"At {r['devices']:,} devices, a scheduler that reads each record as it arrives "
+            f"costs {x:.2f}x the CPU of one that lets its input gather."
+        ),
+        BASELINE: lambda r, x, fwd: (
+            f"At {r['devices']:,} devices, every check-in forwarded costs the scheduler "
+            f"{x:.1f}x the CPU."
+        ),
+    }
+    for design, say in contrasts.items():
+        for r in sorted((r for r in rows if r["design"] == design), key=lambda r: r["devices"]):
+            mine = next((o for o in ours if o["devices"] == r["devices"]), None)
+            if mine is not None and mine["scheduler_cpu_per_s"] > 0:
+                x = r["scheduler_cpu_per_s"] / mine["scheduler_cpu_per_s"]
+                lines.append(say(r, x, r["forwarded_per_s"] / max(mine["forwarded_per_s"], 0.1)))
     lines += [
         "",
         f"The gateway's decision for a check-in answered at once, timed alone: "
