@@ -27,6 +27,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from services.scheduler.stall import GUARD_INTERVAL_S
 from tests import invariants
 from tests.e2e.harness import DEMO, demo_run
 from venn.broker import security, topics
@@ -118,7 +119,16 @@ def settle(report: Report, handles: DemoHandles) -> Callable[[Settings], Awaitab
                 break
             await asyncio.sleep(1.0)
         port = handles.worker_ports["scheduler"]
-        report.lag_lines = scrape(port, "venn_scheduler_consumer_lag{")
+        # The lag page is set by each pass of the stall guard: one made before the commits
+        # caught up can still show a record read and not yet handled. Read it until a pass
+        # after that shows it (two passes at most).
+        until = time.monotonic() + 2 * GUARD_INTERVAL_S + 1.0
+        while True:
+            report.lag_lines = scrape(port, "venn_scheduler_consumer_lag{")
+            lags = [float(line.split()[1]) for line in report.lag_lines]
+            if (lags and not any(lags)) or time.monotonic() > until:
+                break
+            await asyncio.sleep(1.0)
         report.offsets_lines = scrape(port, "venn_scheduler_offsets_total{")
 
     return check
