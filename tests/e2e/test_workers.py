@@ -52,6 +52,9 @@ async def membership(
     run, settings = handles.run_dir, handles.settings
     times.append(time.time())
 
+    def assigned() -> int:
+        return sum(p.assignments_total for p in handles.progress.values())
+
     async def at(rounds: int) -> None:
         while sum(p.rounds_done for p in handles.progress.values()) < rounds:
             await asyncio.sleep(0.2)
@@ -69,7 +72,14 @@ async def membership(
     assert await asyncio.to_thread(stop_pid, running_services(run)[leaving], 20.0)
     log.append("the decider left")
     times.append(time.time())
+    made = assigned()
     await at(KILL_AT)
+    # And the successor has assigned: rounds also close at their deadline during a handover
+    # (a graceful leave took up to 8.7 s to the next assignment), and a kill before the
+    # successor's first decision would leave this phase without one.
+    until = time.monotonic() + 60.0
+    while assigned() <= made and time.monotonic() < until:
+        await asyncio.sleep(0.2)
     killed = await decider(handles.worker_ports)
     os.kill(running_services(run)[killed], signal.SIGKILL)
     log.append("its successor was killed")
