@@ -70,7 +70,7 @@ from venn.core.status import SchedulerStatus, decode_status  # noqa: E402
 from venn.report.provenance import git_commit  # noqa: E402
 from venn.report.results_page import write_block  # noqa: E402
 from venn.settings import Settings  # noqa: E402
-from venn.stack.processes import settled_decider  # noqa: E402
+from venn.stack.processes import settled_decider, worker_metric  # noqa: E402
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "fleet.json"
 DOC = ROOT / "docs" / "results" / "fleet.md"
@@ -97,6 +97,7 @@ OURS = "quota + supply reports"
 BASELINE = "every check-in forwarded"
 UNSHARED = "each gateway the whole quota (before)"
 UNGATHERED = "scheduler reads each record at once (before)"
+BATCHES_PER_DECISION = "venn_scheduler_batches_per_decision"
 
 
 # -- pure helpers (tests/pure/test_fleet_bench.py) ------------------------------------------
@@ -468,7 +469,7 @@ def gateway_decision_us() -> dict[str, float]:
 
 async def measure_size(
     emu: Emulation,
-    worker_pid: int,
+    worker: Worker,
     admin: AIOKafkaAdminClient,
     meter: AIOKafkaConsumer,
     coordinator: Coordinator,
@@ -487,12 +488,14 @@ async def measure_size(
     feeder = asyncio.create_task(fleet.run(stop))
     try:
         await asyncio.sleep(warmup_s)
-        sched0, own0, wall0 = scheduler_cpu_s(worker_pid), own_cpu_s(), time.monotonic()
+        decisions0 = await asyncio.to_thread(worker.decisions)
+        sched0, own0, wall0 = scheduler_cpu_s(worker.pid), own_cpu_s(), time.monotonic()
         checkins0, fwd0 = fleet.checkins, fleet.forwarded
         assigned0 = sum(g.stats.assigned for g in emu.gateways)
         msgs0, msgs_t0 = await broker_records(admin, meter), time.monotonic()
         await asyncio.sleep(window_s)
-        sched1, own1, wall1 = scheduler_cpu_s(worker_pid), own_cpu_s(), time.monotonic()
+        sched1, own1, wall1 = scheduler_cpu_s(worker.pid), own_cpu_s(), time.monotonic()
+        decisions1 = await asyncio.to_thread(worker.decisions)
         checkins1, fwd1 = fleet.checkins, fleet.forwarded
         assigned1 = sum(g.stats.assigned for g in emu.gateways)
         msgs1, msgs_t1 = await broker_records(admin, meter), time.monotonic()
@@ -515,6 +518,10 @@ async def measure_size(
         ),
         "emulator_cpu_per_s": round((own1 - own0) / seconds, 3),
         "broker_msgs_per_s": round((msgs1 - msgs0) / (msgs_t1 - msgs_t0), 1),
+        "decisions_per_s": round((decisions1[0] - decisions0[0]) / seconds, 1),
+        "batches_per_decision": round(
+            (decisions1[1] - decisions0[1]) / max(decisions1[0] - decisions0[0], 1), 2
+        ),
         "window_s": round(seconds, 1),
         "gateways_counted": emu.last_status.gateways if emu.last_status is not None else None,
     }
@@ -522,7 +529,25 @@ async def measure_size(
     return result
 
 
-async def start_deciding(env: dict[str, str], run_dir: Path) -> Any:
+@dataclass
+class Worker:
+    process: Any
+    port: int
+    """Its web port (/metrics)."""
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def decisions(self) -> tuple[float, float]:
+        """(check-in decisions, check-in batches they decided) so far."""
+        return (
+            worker_metric(self.port, BATCHES_PER_DECISION + "_count") or 0.0,
+            worker_metric(self.port, BATCHES_PER_DECISION + "_sum") or 0.0,
+        )
+
+
+async def start_deciding(env: dict[str, str], run_dir: Path) -> Worker:
     """A scheduler worker started with ``env``, once it decides."""
     port = free_port()
     env = {**env, "VENN_SCHEDULER_WEB_PORT": str(port)}
@@ -533,14 +558,14 @@ async def start_deciding(env: dict[str, str], run_dir: Path) -> Any:
         if time.monotonic() > deadline:
             raise RuntimeError("the scheduler worker did not start deciding in 120 s")
         await asyncio.sleep(0.5)
-    return worker
+    return Worker(worker, port)
 
 
 async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     broker = local_broker("kafka", run_dir / "broker").start()
     app_id = f"venn-fleet-{os.urandom(4).hex()}"
     settings = Settings(broker=broker.bootstrap, app_id=app_id, topic_partitions=PARTITIONS)
-    worker = None
+    worker: Worker | None = None
     try:
         counts = await topics.prepare_topics(settings)
         env = {
@@ -579,13 +604,13 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
                 plan += [(d, UNGATHERED) for d in args.fleets]
             for devices, design in plan:
                 if design == UNGATHERED and gathering:
-                    await asyncio.to_thread(stop_worker, worker, 10.0)
+                    await asyncio.to_thread(stop_worker, worker.process, 10.0)
                     env["VENN_SCHEDULER_GATHER_MS"] = "0"
                     worker, gathering = await start_deciding(env, run_dir), False
                     await asyncio.sleep(3)
                 rows.append(
                     await measure_size(
-                        emu, worker.pid, admin, meter, coordinator, devices, args.per_gateway,
+                        emu, worker, admin, meter, coordinator, devices, args.per_gateway,
                         design, args.warmup, args.window, idle,
                     )
                 )  # fmt: skip
@@ -602,7 +627,7 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
         }
     finally:
         if worker is not None:
-            await asyncio.to_thread(stop_worker, worker, 10.0)
+            await asyncio.to_thread(stop_worker, worker.process, 10.0)
         broker.stop()
 
 

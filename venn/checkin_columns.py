@@ -14,6 +14,7 @@ same way.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -162,6 +163,30 @@ class CheckinColumns:
             bandwidths=np.array([c.bandwidth_kbps for c in items], dtype=float),
             observe_only=np.array([bool(c.observe_only) for c in items], dtype=bool),
             counted=np.array([bool(c.counted) for c in items], dtype=bool),
+        )
+
+    @classmethod
+    def concat(cls, parts: list[CheckinColumns]) -> CheckinColumns:
+        """The check-ins of several batches, in order, as one (decided together). Its id
+        is derived from theirs (the same batches, the same id) and it asks for no reply:
+        each batch's reply goes to its own ``reply_to``."""
+        attrs: dict[Any, Mapping[str, float]] = {}
+        for part in parts:
+            attrs.update(part.attrs)
+        digest = hashlib.blake2b("\n".join(p.event_id for p in parts).encode(), digest_size=10)
+        return cls(
+            event_id=f"merged:{len(parts)}:{digest.hexdigest()}",
+            time=max(p.time for p in parts),
+            reply_to=None,
+            event_ids=[i for p in parts for i in p.event_ids],
+            device_ids=[i for p in parts for i in p.device_ids],
+            attr_keys=[k for p in parts for k in p.attr_keys],
+            attrs=attrs,
+            times=np.concatenate([p.times for p in parts]),
+            speeds=np.concatenate([p.speeds for p in parts]),
+            bandwidths=np.concatenate([p.bandwidths for p in parts]),
+            observe_only=np.concatenate([p.observe_only for p in parts]),
+            counted=np.concatenate([p.counted for p in parts]),
         )
 
 

@@ -83,9 +83,16 @@ class GatewaySettings:
     quota_patience_s: float = setting(
         "VENN_GATEWAY_QUOTA_PATIENCE_S",
         1.0,
-        "With fewer check-ins to forward than gateways, the gateways drawn to forward for a "
-        "requirement are alone until its demand has stayed open this long; then every gateway "
+        "When a requirement's quota is held by some of the gateways (VENN_GATEWAY_QUOTA_LUMP), "
+        "they are alone until its demand has stayed open this long; then every gateway "
         "forwards one (a requirement whose devices are rare is not left to a few gateways).",
+    )
+    quota_lump: int = setting(
+        "VENN_GATEWAY_QUOTA_LUMP",
+        8,
+        "With many gateways, a requirement's quota goes to few of them (at least 4), about "
+        "this many check-ins each, so that what one forwards reaches the scheduler as one "
+        "batch rather than one record per check-in (services/gateway/forwarding.py).",
     )
     supply_report_s: float = setting(
         "VENN_SUPPLY_REPORT_S",
@@ -147,6 +154,8 @@ class GatewaySettings:
             raise ValueError("VENN_SUPPLY_REPORTS_PER_S must be > 0")
         if self.quota_patience_s < 0:
             raise ValueError("VENN_GATEWAY_QUOTA_PATIENCE_S must be >= 0")
+        if self.quota_lump < 1:
+            raise ValueError("VENN_GATEWAY_QUOTA_LUMP must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,7 +118,9 @@ class Gateway:
         self.view_ready = False
         self.inflight = 0
         self.id = f"gw-{os.getpid()}-{os.urandom(4).hex()}"
-        self.quota = ForwardQuota(self.config.forward_quota, self.config.quota_patience_s)
+        self.quota = ForwardQuota(
+            self.config.forward_quota, self.config.quota_patience_s, lump=self.config.quota_lump
+        )
         self.supply = SupplyCounter(self.id, time.time())
         self._report_task: asyncio.Task[None] | None = None
         self.pending: dict[str, asyncio.Future[ev.Assignment | BaseException | str | None]] = {}

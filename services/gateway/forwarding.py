@@ -4,12 +4,19 @@ The scheduler's work grows with what it reads. A gateway answers at once every c
 that no open round may take (no open round admits the device), and every one that would
 only queue behind enough others; it forwards the rest. "Enough" is the fleet's quota,
 ``multiple`` times a requirement's remaining demand in flight at the scheduler, shared by
-the live gateways the scheduler's status counts (G): with a quota q of at least G each
-gateway holds ceil(q / G); with fewer, a requirement that opens draws about q of them
-(each with chance q / G) to hold one, and after ``patience_s`` with demand still open every
-gateway holds one, so a requirement whose devices are rare is not left to a few gateways.
-Without the share, each of G gateways held q and the scheduler read G times the
-check-ins a round needs (docs/results/fleet.md). Every check-in, forwarded or not, is
+the live gateways the scheduler's status counts (G). The quota q is held in lumps of about
+``lump`` check-ins by H = min(G, max(min(q, MIN_HOLDERS), ceil(q / lump))) gateways, each drawn
+with chance H / G when the requirement opens, each holding ceil(q / H); after
+``patience_s`` with demand still open every gateway holds at least one, so a requirement
+whose devices are rare is not left to a few gateways.
+
+Why lumps: a gateway fills what it holds from its own check-ins within milliseconds, so
+what it holds reaches the scheduler as one CheckinBatch, and the scheduler's cost is per
+record (a decision, an AssignmentBatch, a reply, a read-back). Held one apiece by q of 50
+gateways, a round's 20 forwarded check-ins were 20 records (docs/results/fleet.md).
+MIN_HOLDERS keeps the chance that no gateway is drawn small (about e^-4). Without the
+share, each of G gateways held q and the scheduler read G times the check-ins a round
+needs. Every check-in, forwarded or not, is
 counted per attribute set and reported as a ``SupplyReport``: the supply mix the
 scheduler plans with.
 """
@@ -25,6 +32,9 @@ from venn import events as ev
 from venn.core.model import Requirement
 from venn.fields import BATCH_MAX, DEMAND_MAX
 
+MIN_HOLDERS = 4
+"""Fewest gateways drawn to hold a requirement's quota (when G is larger)."""
+
 
 class Verdict(enum.Enum):
     FORWARD = "forward"
@@ -37,14 +47,21 @@ class ForwardQuota:
     this gateway's share of the fleet's quota."""
 
     def __init__(
-        self, multiple: float, patience_s: float = 1.0, rng: random.Random | None = None
+        self,
+        multiple: float,
+        patience_s: float = 1.0,
+        rng: random.Random | None = None,
+        lump: int = 1,
     ) -> None:
         if multiple <= 0:
             raise ValueError("multiple must be > 0")
         if patience_s < 0:
             raise ValueError("patience_s must be >= 0")
+        if lump < 1:
+            raise ValueError("lump must be >= 1")
         self.multiple = multiple
         self.patience_s = patience_s
+        self.lump = lump
         self.gateways = 1
         """Live gateways sharing the quota (the scheduler's status says; 1 until it does)."""
         self.in_flight: dict[Requirement, int] = {}
@@ -70,10 +87,13 @@ class ForwardQuota:
         g = self.gateways
         if g <= 1:
             return q
-        if q >= g:
+        holders = min(g, max(min(q, MIN_HOLDERS), math.ceil(q / self.lump)))
+        if holders >= g:
             return math.ceil(q / g)
         opened, draw = self._opened.get(r) or (now, 0.0)
-        return 1 if draw < q / g or now - opened >= self.patience_s else 0
+        if draw < holders / g:
+            return math.ceil(q / holders)
+        return 1 if now - opened >= self.patience_s else 0
 
     def verdict(
         self, attrs: Mapping[str, float], open_demand: Mapping[Requirement, int], now: float

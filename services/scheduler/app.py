@@ -4,9 +4,10 @@ Agents (values read as raw bytes, decoded strictly with `venn.events.decode`):
 - venn.jobs      -> register / request round / cancel
 - venn.rounds    -> round closed / job finished
 - venn.results   -> release the device, record its response time for the matching
-- venn.checkins  -> decide; a single DeviceCheckin gives at most one Assignment, a
-  CheckinBatch one AssignmentBatch per job (venn.assignments, key job_id) and, if it has a
-  reply_to, one CheckinsDeclined for the rest (venn.replies)
+- venn.checkins  -> decide; a single DeviceCheckin gives at most one Assignment; the
+  CheckinBatches read in one fetch are decided together: one AssignmentBatch per job
+  (venn.assignments, key job_id) and, for each batch with a reply_to, one CheckinsDeclined
+  for the rest of its check-ins (venn.replies)
 - venn.assignments (our own output, read back on the job's partition) -> account the
   assignments in the jobs table (see `services.scheduler.state` for why)
 Anything that cannot be decoded or applied is dead-lettered as `venn.broker.stream` says
@@ -183,15 +184,24 @@ def create_app(settings: Settings | None = None) -> faust.App:
     # rule every reader of these topics applies (judged at production time: issue 26).
     authorize = authorized(tokens)
     attrs_cache = AttrsCache()
-    handlers = TopicHandlers(state).by_topic()
+    topic_handlers = TopicHandlers(state)
+    handlers = topic_handlers.by_topic()
     for name, handle in handlers.items():
         intake = Intake(
-            name, handle, state, publisher, authorize, stats, settings.max_event_bytes, attrs_cache
+            name,
+            handle,
+            state,
+            publisher,
+            authorize,
+            stats,
+            settings.max_event_bytes,
+            attrs_cache,
+            together=topic_handlers.decide_batches if name == topics.CHECKINS else None,
         )
 
         async def agent(stream: faust.StreamT, _intake: Intake = intake) -> None:
             await letters.ready.wait()
-            await serve(stream, app.ledger, _intake)
+            await serve(stream, app.ledger, _intake.many)
 
         channel = app.topic(name, key_serializer="raw", value_serializer="raw")
         app.agent(channel, name="scheduler-" + name.removeprefix("venn."))(agent)

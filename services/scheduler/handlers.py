@@ -40,22 +40,31 @@ class TopicHandlers:
         if isinstance(event, ev.SupplyReport):
             state.on_supply_report(event, now)
             return None
-        stale = state.stale_checkins
-        out: list[ev.Event] | ev.Assignment | None
-        checkins = 1
         if isinstance(event, ev.CheckinBatch | CheckinColumns):
-            checkins = len(event.checkins) if isinstance(event, ev.CheckinBatch) else len(event)
-            metrics.CHECKINS.inc(checkins)
-            out = state.on_checkin_batch(event, now)
-        else:
-            metrics.CHECKINS.inc()
-            out = state.on_checkin(event, now)
+            return self.decide_batches([event], now)
+        stale = state.stale_checkins
+        metrics.CHECKINS.inc()
+        out = state.on_checkin(event, now)
         metrics.STALE_CHECKINS.inc(state.stale_checkins - stale)
         if out is None:
             metrics.DECLINED.inc()
-        elif isinstance(out, list):
-            decided = sum(len(o.assignments) for o in out if isinstance(o, ev.AssignmentBatch))
-            metrics.DECLINED.inc(checkins - decided)
+        return out
+
+    def decide_batches(
+        self, batches: list[ev.CheckinBatch | CheckinColumns], now: float
+    ) -> list[ev.Event]:
+        """venn.checkins: check-in batches read together, decided as one."""
+        state = self.state
+        stale = state.stale_checkins
+        checkins = sum(
+            len(b.checkins) if isinstance(b, ev.CheckinBatch) else len(b) for b in batches
+        )
+        metrics.CHECKINS.inc(checkins)
+        metrics.BATCHES_PER_DECISION.observe(len(batches))
+        out = state.on_checkin_batches(batches, now)
+        metrics.STALE_CHECKINS.inc(state.stale_checkins - stale)
+        decided = sum(len(o.assignments) for o in out if isinstance(o, ev.AssignmentBatch))
+        metrics.DECLINED.inc(checkins - decided)
         return out
 
     def on_round(self, event: ev.Event, partition: int, now: float) -> None:

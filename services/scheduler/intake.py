@@ -10,6 +10,7 @@ No Faust here: the worker's agents feed `Intake` through `venn.broker.faust_adap
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from functools import partial
@@ -24,11 +25,16 @@ from venn.broker.ledger import Outcome
 from venn.broker.stream import Check, Record, Refused, StreamStats, Unusable, judge, owned_by
 from venn.checkin_columns import AttrsCache, CheckinColumns, checkin_columns
 from venn.core.status import decode_status
+from venn.fields import BATCH_MAX
+
+log = logging.getLogger(__name__)
 
 Handler = Callable[[Any, int, float], Any]
 """(event, partition, now) -> None, an event to publish, or a list of them."""
 
 Decoded = ev.Event | CheckinColumns
+Together = Callable[[list[ev.CheckinBatch | CheckinColumns], float], list[ev.Event]]
+"""(check-in batches read together, now) -> what deciding them as one publishes."""
 OWNS = owned_by("scheduler")
 CHECKED_TOPICS = (topics.JOBS, topics.ROUNDS)
 """Topics whose events need a token that allowed them (`venn.broker.stream.authorized`):
@@ -54,8 +60,10 @@ class Intake:
         stats: StreamStats,
         max_bytes: int,
         attrs_cache: AttrsCache,
+        together: Together | None = None,
     ) -> None:
         self.topic = topic
+        self.together = together
         self.handle = handle
         self.state = state
         self.publisher = publisher
@@ -77,32 +85,119 @@ class Intake:
     def __call__(self, record: Record) -> Outcome:
         now = time.time()
         decoded: Decoded | None = None
-        state = self.state
         try:
-            state.ensure_loaded(now)
-            if self.topic == topics.STATUS:  # read only to dead-letter a bad record
-                decode_status(record.value)
-                return "handled"
-            decoded = self._decode(record, now)
-            if self.topic in CHECKED_TOPICS:
-                assert isinstance(decoded, ev.Event)
-                self.authorize(decoded, record)
-            if decoded.event_id in state.recent:
-                self.duplicates.inc()
-                return "deduplicated"
-            stale = state.stale_checkins
-            out = self.handle(decoded, record.partition, now)
-            outcome: Outcome = "handled"
-            if state.stale_checkins - stale >= checkins_of(decoded) > 0:
-                outcome = "dropped_stale"
-            state.recent.add(decoded.event_id)
-            self.processed.inc()
-            for item in out if isinstance(out, list) else [out] if out is not None else []:
-                self.publisher.publish(item)
-            return outcome
+            admitted = self._admit(record, now)
+            if isinstance(admitted, str):
+                return admitted
+            decoded = admitted
+            return self._apply(decoded, record, now)
         except Exception as exc:  # an agent that dies stops the whole pipeline
             self._reject(exc, record, decoded, now)
             return "dead_lettered"
+
+    def many(self, records: list[Record]) -> list[Outcome]:
+        """Records read together, each with its outcome. With ``together`` (venn.checkins),
+        consecutive check-in batches are decided as one (``together``: one decision and
+        one AssignmentBatch per job for all of them); anything else one by one."""
+        if self.together is None or len(records) < 2:
+            return [self(record) for record in records]
+        now = time.time()
+        outcomes: list[Outcome] = []
+        group: list[tuple[int, Record, CheckinColumns]] = []
+        for i, record in enumerate(records):
+            outcomes.append("handled")  # set below, or when its group is decided
+            decoded: Decoded | None = None
+            try:
+                admitted = self._admit(record, now)
+                if isinstance(admitted, str):
+                    outcomes[i] = admitted
+                    continue
+                decoded = admitted
+                if any(decoded.event_id == cols.event_id for _, _, cols in group):
+                    self.duplicates.inc()
+                    outcomes[i] = "deduplicated"
+                    continue
+                if isinstance(decoded, ev.CheckinBatch | CheckinColumns):
+                    cols = (
+                        decoded
+                        if isinstance(decoded, CheckinColumns)
+                        else CheckinColumns.of(decoded)
+                    )
+                    if sum(len(c) for _, _, c in group) + len(cols) > BATCH_MAX:
+                        self._decide_group(group, outcomes, now)
+                    group.append((i, record, cols))
+                    continue
+                self._decide_group(group, outcomes, now)
+                outcomes[i] = self._apply(decoded, record, now)
+            except Exception as exc:
+                self._reject(exc, record, decoded, now)
+                outcomes[i] = "dead_lettered"
+        self._decide_group(group, outcomes, now)
+        return outcomes
+
+    def _decide_group(
+        self, group: list[tuple[int, Record, CheckinColumns]], outcomes: list[Outcome], now: float
+    ) -> None:
+        """Decide ``group``'s batches as one, set their outcomes, and empty it."""
+        members = list(group)
+        group.clear()
+        if not members:
+            return
+        assert self.together is not None
+        state = self.state
+        out: list[ev.Event] | None = None
+        if len(members) > 1:
+            try:
+                out = self.together([cols for _, _, cols in members], now)
+            except Exception:
+                log.exception("check-in batches decided together failed; deciding each alone")
+        if out is None:  # one batch, or the group failed: each on its own
+            for i, record, cols in members:
+                try:
+                    outcomes[i] = self._apply(cols, record, now)
+                except Exception as exc:
+                    self._reject(exc, record, cols, now)
+                    outcomes[i] = "dead_lettered"
+            return
+        max_age = state.config.checkin_max_age_s
+        for i, _, cols in members:
+            state.recent.add(cols.event_id)
+            self.processed.inc()
+            stale = int(((now - cols.times) > max_age).sum())
+            outcomes[i] = "dropped_stale" if stale >= len(cols) > 0 else "handled"
+        for item in out:
+            self.publisher.publish(item)
+
+    def _admit(self, record: Record, now: float) -> Decoded | Outcome:
+        """The record's event, checked, or its outcome if it needs no handling (a status
+        snapshot, a replay)."""
+        state = self.state
+        state.ensure_loaded(now)
+        if self.topic == topics.STATUS:  # read only to dead-letter a bad record
+            decode_status(record.value)
+            return "handled"
+        decoded = self._decode(record, now)
+        if self.topic in CHECKED_TOPICS:
+            assert isinstance(decoded, ev.Event)
+            self.authorize(decoded, record)
+        if decoded.event_id in state.recent:
+            self.duplicates.inc()
+            return "deduplicated"
+        return decoded
+
+    def _apply(self, decoded: Decoded, record: Record, now: float) -> Outcome:
+        """Hand one event to the topic's handler and publish what it returns."""
+        state = self.state
+        stale = state.stale_checkins
+        out = self.handle(decoded, record.partition, now)
+        outcome: Outcome = "handled"
+        if state.stale_checkins - stale >= checkins_of(decoded) > 0:
+            outcome = "dropped_stale"
+        state.recent.add(decoded.event_id)
+        self.processed.inc()
+        for item in out if isinstance(out, list) else [out] if out is not None else []:
+            self.publisher.publish(item)
+        return outcome
 
     def _decode(self, record: Record, now: float) -> Decoded:
         decoded: Decoded | None = None

@@ -76,3 +76,8 @@ STALL_REFETCHED = Counter(
     "venn_scheduler_stalled_partitions_refetched",
     "Stalled input partitions fetched again from the lowest offset not handled",
 )
+BATCHES_PER_DECISION = Histogram(
+    "venn_scheduler_batches_per_decision",
+    "Check-in batches decided together (read in one fetch), per decision",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)

@@ -482,16 +482,51 @@ class SchedulerState:
         self, batch: ev.CheckinBatch | CheckinColumns, now: float
     ) -> list[ev.Event]:
         """Decide every check-in of a batch: one AssignmentBatch per job that got devices,
-        and a CheckinsDeclined for the rest if the batch asks for a reply.
+        and a CheckinsDeclined for the rest if the batch asks for a reply."""
+        return self.on_checkin_batches([batch], now)
+
+    def on_checkin_batches(
+        self, batches: list[ev.CheckinBatch | CheckinColumns], now: float
+    ) -> list[ev.Event]:
+        """Decide the check-ins of several batches (read in one fetch) as one: one
+        AssignmentBatch per job that got devices, and for each batch that asks for a reply
+        a CheckinsDeclined for the rest of its check-ins. The scheduler's cost is per
+        decision and per output message, so a fleet's gateways cost it one of each per
+        fetch rather than per gateway (docs/results/fleet.md).
 
         Decided as columns (``Scheduler.checkin_batch``): slots per distinct attribute
         set, tiers and the staleness cut with numpy, the dispatch table applied per
         segment. Decisions match ``on_checkin`` item by item, except that the supply
         window sees the whole batch before a compile."""
-        cols = batch if isinstance(batch, CheckinColumns) else CheckinColumns.of(batch)
+        parts = [b if isinstance(b, CheckinColumns) else CheckinColumns.of(b) for b in batches]
+        cols = parts[0] if len(parts) == 1 else CheckinColumns.concat(parts)
+        picks = self._decide_columns(cols, now)
+        if picks is None:
+            return []
+        out: list[ev.Event] = self._assignment_batches(cols, picks, now)
+        start = 0
+        for part in parts:
+            end = start + len(part)
+            declined = np.flatnonzero(picks[start:end] < 0).tolist() if part.reply_to else []
+            if declined:
+                assert part.reply_to is not None
+                out.append(
+                    ev.CheckinsDeclined(
+                        event_id=f"dec:{part.event_id}",
+                        time=now,
+                        reply_to=part.reply_to,
+                        checkin_ids=[part.event_ids[i] for i in declined],
+                    )
+                )
+            start = end
+        return out
+
+    def _decide_columns(self, cols: CheckinColumns, now: float) -> np.ndarray | None:
+        """Each check-in's pick: the index of the job it is assigned to, or -1; None for
+        no check-ins."""
         n = len(cols)
         if n == 0:
-            return []
+            return None
         core = self.core
         fresh = (now - cols.times) <= self.config.checkin_max_age_s
         stale = n - int(fresh.sum())
@@ -532,19 +567,7 @@ class SchedulerState:
                 share = (time.perf_counter() - started) / made
                 for _ in range(made):
                     metrics.PLAN_RECOMPUTE.observe(share)
-        out: list[ev.Event] = self._assignment_batches(cols, picks, now)
-        if cols.reply_to:
-            declined = np.flatnonzero(picks < 0).tolist()
-            if declined:
-                out.append(
-                    ev.CheckinsDeclined(
-                        event_id=f"dec:{cols.event_id}",
-                        time=now,
-                        reply_to=cols.reply_to,
-                        checkin_ids=[cols.event_ids[i] for i in declined],
-                    )
-                )
-        return out
+        return picks
 
     def _assignment_batches(
         self, cols: CheckinColumns, picks: np.ndarray, now: float

@@ -286,6 +286,58 @@ async def test_checkin_batch(stack: tuple[Bus, Worker]) -> None:
     await bus.send(topics.ROUNDS, finished(job_id))
 
 
+async def test_batches_of_one_fetch_are_decided_together(stack: tuple[Bus, Worker]) -> None:
+    """Gateways' batches that land in one fetch: decided as one (the worker's
+    batches-per-decision histogram says so), the job gets exactly its demand in
+    AssignmentBatches, and each gateway hears of its own declined check-ins, once."""
+    bus, worker = stack
+    tok = uuid.uuid4().hex[:8]
+    attr, job_id = f"cpu_{tok}", f"together-{tok}"
+    await bus.send(topics.JOBS, job(job_id, attr, 1, demand=5))
+    await bus.send(topics.JOBS, round_request(job_id, 0, 5))
+    await bus.barrier(topics.JOBS)
+    histogram = "venn_scheduler_batches_per_decision"
+    decisions0 = worker.metric_total(histogram + "_count")
+    batches0 = worker.metric_total(histogram + "_sum")
+    gateways = [f"gw{i}-{tok}" for i in range(8)]
+    sent = {
+        gw: [checkin(f"d{i}-{j}-{tok}", {attr: 2}) for j in range(2)]
+        for i, gw in enumerate(gateways)
+    }
+    # Sent without waiting for each: one produce request, one partition, one fetch.
+    acks = [
+        await bus.producer.send(
+            topics.CHECKINS,
+            ev.encode_checkin_batch(
+                f"tb{i}-{tok}", time.time(), [ev.encode(c) for c in items], reply_to=gw
+            ),
+            key=b"together",
+        )
+        for i, (gw, items) in enumerate(sent.items())
+    ]
+    await asyncio.gather(*acks)
+
+    def declined() -> list[ev.CheckinsDeclined]:
+        return bus.published.events(topics.REPLIES, lambda e: e.reply_to in sent)  # type: ignore[return-value]
+
+    def answered() -> set[str]:
+        ids = {i for reply in declined() for i in reply.checkin_ids}
+        return ids | {a.checkin_id or "" for a in bus.assigned({job_id})}
+
+    every = {c.event_id for items in sent.values() for c in items}
+    await bus.published.wait_for(lambda: answered() >= every)
+    assigned = bus.assigned({job_id})
+    assert len(assigned) == 5 == len({a.device_id for a in assigned})
+    for reply in declined():  # each gateway only its own check-ins, each once
+        assert set(reply.checkin_ids) <= {c.event_id for c in sent[reply.reply_to]}
+    ids = [i for reply in declined() for i in reply.checkin_ids]
+    assert len(ids) == len(set(ids)) == len(every) - 5
+    decisions = worker.metric_total(histogram + "_count") - decisions0
+    batches = worker.metric_total(histogram + "_sum") - batches0
+    assert batches == len(gateways) and decisions < batches, (decisions, batches)
+    await bus.send(topics.ROUNDS, finished(job_id))
+
+
 async def test_replays_are_idempotent(stack: tuple[Bus, Worker]) -> None:
     bus, _ = stack
     tok = uuid.uuid4().hex[:8]

@@ -72,6 +72,44 @@ def test_a_quota_smaller_than_the_gateways_goes_to_about_that_many_of_them() -> 
     assert 8 <= again <= 36  # a fresh draw and a fresh wait, not "waited since 0.0"
 
 
+def holding(quotas: list[ForwardQuota], demand: dict[Requirement, int], now: float) -> list[int]:
+    return [cap for q in quotas if (cap := q.cap(BIG, demand[BIG], now))]
+
+
+def test_a_quota_is_held_in_lumps_by_a_few_gateways() -> None:
+    """q = 2 x 10 = 20 over 50 gateways with lumps of 8: about MIN_HOLDERS (4) hold 5 each,
+    so what each forwards is one batch, not 20 gateways one record apiece; a large quota
+    is spread in lumps; after ``patience_s`` every gateway holds at least one."""
+    quotas = [ForwardQuota(2.0, patience_s=1.0, rng=random.Random(i), lump=8) for i in range(50)]
+    for q in quotas:
+        q.gateways = 50
+        q.verdict({"ram": 9.0}, {BIG: 10}, 0.0)  # sees the requirement open
+    caps = holding(quotas, {BIG: 10}, 0.0)
+    assert set(caps) == {5} and 1 <= len(caps) <= 10
+    totals = []
+    for seed in range(200):  # over many openings: MIN_HOLDERS holders on average
+        draws = [ForwardQuota(2.0, rng=random.Random(seed * 50 + i), lump=8) for i in range(50)]
+        for q in draws:
+            q.gateways = 50
+            q.verdict({"ram": 9.0}, {BIG: 10}, 0.0)
+        totals.append(len(holding(draws, {BIG: 10}, 0.0)))
+    assert 3.5 <= sum(totals) / len(totals) <= 4.5
+    assert sum(t == 0 for t in totals) <= 10  # about e^-4 of openings: nobody drawn
+    big = {BIG: 200}  # q = 400: 50 lumps of 8 -> every gateway holds 8
+    assert holding(quotas, big, 0.0) == [8] * 50
+    assert len(holding(quotas, {BIG: 10}, 1.0)) == 50  # waited too long: every gateway
+
+
+def test_a_lump_of_one_is_the_quota_one_apiece() -> None:
+    """lump=1: q gateways hold one each (the design before lumps)."""
+    quotas = [ForwardQuota(2.0, rng=random.Random(i)) for i in range(400)]
+    for q in quotas:
+        q.gateways = 400
+        q.verdict({"ram": 9.0}, {BIG: 10}, 0.0)
+    caps = holding(quotas, {BIG: 10}, 0.0)
+    assert set(caps) == {1} and 8 <= len(caps) <= 36
+
+
 def test_supply_reports_count_every_check_in_once() -> None:
     counter = SupplyCounter("gw-1", started=10.0)
     for attrs in ({"ram": 4.0, "cpu": 2.0}, {"cpu": 2.0, "ram": 4.0}, {"ram": 8.0}):

@@ -35,9 +35,20 @@ class Worker:
             lambda t, k, v: self.sent.append((t, k, v)), self.state, WrittenLetters(1)
         )
         stats, cache = StreamStats(), AttrsCache()
+        handlers = TopicHandlers(self.state)
         self.intakes = {
-            name: Intake(name, h, self.state, publisher, authorized(None), stats, 1 << 20, cache)
-            for name, h in TopicHandlers(self.state).by_topic().items()
+            name: Intake(
+                name,
+                h,
+                self.state,
+                publisher,
+                authorized(None),
+                stats,
+                1 << 20,
+                cache,
+                together=handlers.decide_batches if name == topics.CHECKINS else None,
+            )
+            for name, h in handlers.by_topic().items()
         }
 
     def feed(self, topic: str, value: bytes | ev.Event, partition: int = 0) -> str:
@@ -124,3 +135,59 @@ def test_stale_checkins_are_accounted_as_dropped() -> None:
     )  # fmt: skip
     assert w.feed(topics.CHECKINS, old) == "dropped_stale"
     assert w.on(topics.ASSIGNMENTS) == []
+
+
+def batch(event_id: str, devices: list[str], reply_to: str) -> bytes:
+    return ev.encode(
+        ev.CheckinBatch(
+            event_id=event_id, time=time.time(), reply_to=reply_to,
+            checkins=[checkin(d) for d in devices],
+        )
+    )  # fmt: skip
+
+
+def test_batches_read_together_are_decided_as_one() -> None:
+    """Three gateways' batches of one fetch: one AssignmentBatch for the job, each batch's
+    declined check-ins to its own gateway; a replay in the same fetch and a bad record are
+    accounted on their own, and nothing after them is lost."""
+    w = Worker()
+    open_round(w, demand=3)
+    add = w.records.add
+    records = [
+        add(topics.CHECKINS, batch("b1", ["d1", "d2"], "gw-1")),
+        add(topics.CHECKINS, batch("b2", ["d3"], "gw-2")),
+        add(topics.CHECKINS, batch("b1", ["d1", "d2"], "gw-1")),  # delivered twice
+        add(topics.CHECKINS, b"not json"),
+        add(topics.CHECKINS, batch("b3", ["d4", "d5"], "gw-3")),
+    ]
+    outcomes = w.intakes[topics.CHECKINS].many(records)
+    assert outcomes == ["handled", "handled", "deduplicated", "dead_lettered", "handled"]
+    (assigned,) = w.on(topics.ASSIGNMENTS)  # b1, b2 and b3 decided as one
+    items: list[dict[str, str]] = assigned["assignments"]  # type: ignore[assignment]
+    assert [i["device_id"] for i in items] == ["d1", "d2", "d3"]  # the demand of 3
+    replies = w.on(topics.REPLIES)
+    assert [(r["reply_to"], r["checkin_ids"]) for r in replies] == [("gw-3", ["c-d4", "c-d5"])]
+    assert len(w.on(topics.DEAD_LETTERS)) == 1
+
+
+def test_batches_together_answer_each_gateway_its_declined_check_ins() -> None:
+    w = Worker()
+    open_round(w, demand=2)
+    add = w.records.add
+    records = [
+        add(topics.CHECKINS, batch("b1", ["d1"], "gw-1")),
+        add(topics.CHECKINS, batch("b2", ["d2", "d3"], "gw-2")),
+        add(topics.CHECKINS, batch("b3", ["d4"], "gw-3")),
+    ]
+    assert w.intakes[topics.CHECKINS].many(records) == ["handled"] * 3
+    (assigned,) = w.on(topics.ASSIGNMENTS)
+    items: list[dict[str, str]] = assigned["assignments"]  # type: ignore[assignment]
+    assert [i["device_id"] for i in items] == ["d1", "d2"]
+    replies = w.on(topics.REPLIES)
+    assert [(r["reply_to"], r["checkin_ids"]) for r in replies] == [
+        ("gw-2", ["c-d3"]),
+        ("gw-3", ["c-d4"]),
+    ]
+    # Replayed alone after a restart: deduplicated, nothing decided twice.
+    assert w.intakes[topics.CHECKINS].many(records[:2]) == ["deduplicated"] * 2
+    assert len(w.on(topics.ASSIGNMENTS)) == 1

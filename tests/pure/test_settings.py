@@ -169,3 +169,8 @@ def test_venn_config_prints_the_values_in_use_with_secrets_masked(tmp_path: Path
 def test_a_negative_gather_time_is_refused() -> None:
     with pytest.raises(ValueError, match="VENN_SCHEDULER_GATHER_MS must be >= 0"):
         Settings.from_env({"VENN_SCHEDULER_GATHER_MS": "-1"}, running=False)
+
+
+def test_a_quota_lump_under_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="VENN_GATEWAY_QUOTA_LUMP must be >= 1"):
+        Settings.from_env({"VENN_GATEWAY_QUOTA_LUMP": "0"}, running=False)

@@ -130,6 +130,11 @@ def gather_fetches(consumer: aiokafka.AIOKafkaConsumer, gather_s: float) -> None
 class LedgerConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer, committing what the app's ledger accounted for."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.undelivered: dict[str, int] = {}
+        """Topic -> records of the fetch being delivered that no stream got yet."""
+
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
@@ -141,6 +146,26 @@ class LedgerConsumer(faust_aiokafka.Consumer):
     def is_input(self, tp: TP) -> bool:
         """A partition of a topic an agent reads (not a table's changelog)."""
         return not self._is_changelog_tp(tp)
+
+    # What a fetch still holds for the streams (`serve` hands them to a handler together).
+
+    async def _wait_next_records(self, timeout: float) -> Any:
+        got = await super()._wait_next_records(timeout)
+        records = got[0]
+        undelivered = self.undelivered
+        undelivered.clear()
+        for tp, found in (records or {}).items():
+            undelivered[tp.topic] = undelivered.get(tp.topic, 0) + len(found)
+        return got
+
+    async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Any]]:
+        undelivered = self.undelivered
+        try:
+            async for tp, message in super().getmany(timeout):
+                undelivered[tp.topic] = undelivered.get(tp.topic, 0) - 1
+                yield tp, message
+        finally:
+            undelivered.clear()
 
     # Commits: the ledger's offsets (failures 2 and 3 of the module doc).
 
@@ -495,14 +520,57 @@ async def records(stream: faust.StreamT, ledger: OffsetLedger) -> AsyncIterator[
             yield event
 
 
+SERVE_MOST = 64
+"""Most records handed to an agent's handler at once."""
+
+
 async def serve(
-    stream: faust.StreamT, ledger: OffsetLedger, handle: Callable[[Record], Outcome]
+    stream: faust.StreamT,
+    ledger: OffsetLedger,
+    handle: Callable[[list[Record]], list[Outcome]],
+    most: int = SERVE_MOST,
 ) -> None:
-    """An agent's loop: each record of ``stream`` not accounted for yet, as the stream
-    port's `Record`, to ``handle``; what it returns accounted in ``ledger``."""
+    """An agent's loop: the records of ``stream`` not accounted for yet, as the stream
+    port's `Record`s, to ``handle``, together with those already fetched behind them (at
+    most ``most``); each outcome it returns accounted in ``ledger``, in order.
+
+    A record is accounted only once handled, so a commit (the ledger's next offset) never
+    passes one still waiting for the rest of its group; Faust's own ack, which comes as
+    the stream moves on, commits nothing here (`LedgerConsumer`)."""
+    waiting: list[Any] = []
     async for event in records(stream, ledger):
-        message = event.message
-        account(ledger, message, handle(record_of(message, event.value)))
+        waiting.append(event)
+        if len(waiting) < most and await fetched_behind(stream, event.message.topic):
+            continue
+        outcomes = handle([record_of(e.message, e.value) for e in waiting])
+        for e, outcome in zip(waiting, outcomes, strict=True):
+            account(ledger, e.message, outcome)
+        waiting.clear()
+
+
+BEHIND_WAIT_S = 0.005
+"""Longest `fetched_behind` waits for the consumer to deliver a fetched record."""
+
+
+async def fetched_behind(stream: faust.StreamT, topic: str) -> bool:
+    """Whether more records of ``topic`` already fetched are on their way to ``stream``: in
+    its queue, or still in the fetch the consumer delivers (it hands each record to the
+    streams in a few turns of the loop, so the queue is most often empty between two)."""
+    queue = getattr(stream.channel, "queue", None)
+    consumer = stream.app.consumer
+    if queue is None or not isinstance(consumer, LedgerConsumer):
+        return False
+    deadline = None
+    while queue.empty():
+        if consumer.undelivered.get(topic, 0) <= 0:
+            return False
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + BEHIND_WAIT_S
+        elif now > deadline:
+            return False
+        await asyncio.sleep(0)
+    return True
 
 
 def record_of(message: Any, value: Any) -> Record:
