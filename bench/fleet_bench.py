@@ -97,6 +97,12 @@ OURS = "quota + supply reports"
 BASELINE = "every check-in forwarded"
 UNSHARED = "each gateway the whole quota (before)"
 UNGATHERED = "scheduler reads each record at once (before)"
+ALONE = "each batch decided alone, quota one apiece, 50 ms gathering (before)"
+WORKER_ENV = {
+    UNGATHERED: {"VENN_SCHEDULER_GATHER_MS": "0"},
+    ALONE: {"VENN_SCHEDULER_GATHER_MS": "50", "VENN_SCHEDULER_DECIDE_TOGETHER": "1"},
+}
+"""The scheduler worker's settings of a design (restarted for it), above the defaults."""
 BATCHES_PER_DECISION = "venn_scheduler_batches_per_decision"
 
 
@@ -314,15 +320,17 @@ class Emulation:
                     gw._on_assignment(a)
         self.view.apply(event)
 
-    def open(self, count: int, fast_no: bool, shared: bool) -> None:
+    def open(self, count: int, fast_no: bool, shared: bool, lump: int | None = None) -> None:
         """``count`` emulated gateways (the previous ones retired: they stop reporting).
         ``shared``: they share the quota and the report rate by the live gateway count of
         the scheduler's status, as real gateways do; else each holds the whole quota and
-        reports every VENN_SUPPLY_REPORT_S (the design before)."""
+        reports every VENN_SUPPLY_REPORT_S (the design before). ``lump``: instead of
+        VENN_GATEWAY_QUOTA_LUMP."""
         self.retire()
-        settings = dataclasses.replace(
-            self.settings, gateway=dataclasses.replace(self.settings.gateway, fast_no=fast_no)
-        )
+        gateway = dataclasses.replace(self.settings.gateway, fast_no=fast_no)
+        if lump is not None:
+            gateway = dataclasses.replace(gateway, quota_lump=lump)
+        settings = dataclasses.replace(self.settings, gateway=gateway)
         for i in range(count):
             gw = Gateway(settings)
             if not shared:
@@ -482,7 +490,12 @@ async def measure_size(
 ) -> dict[str, Any]:
     rate = checkin_rate(devices)
     count = gateways_for(rate, per_gateway)
-    emu.open(count, design != BASELINE, shared=design in (OURS, UNGATHERED))
+    emu.open(
+        count,
+        design != BASELINE,
+        shared=design in (OURS, UNGATHERED, ALONE),
+        lump=1 if design == ALONE else None,
+    )
     fleet = Fleet(emu.gateways, rate, random.Random(devices), devices=devices)
     stop = asyncio.Event()
     feeder = asyncio.create_task(fleet.run(stop))
@@ -576,7 +589,8 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
             "VENN_RUN_DIR": str(run_dir),
             "VENN_POLICY": "venn",
         }
-        worker, gathering = await start_deciding(env, run_dir), True
+        worker = await start_deciding(env, run_dir)
+        worker_env: dict[str, str] = {}
         emu = Emulation(settings, counts[topics.CHECKINS])
         await emu.start()
         meter = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap)
@@ -602,11 +616,13 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
                 plan += [(d, UNSHARED) for d in args.fleets[-2:]]
             if args.ungathered:
                 plan += [(d, UNGATHERED) for d in args.fleets]
+            if args.alone:
+                plan += [(d, ALONE) for d in args.fleets]
             for devices, design in plan:
-                if design == UNGATHERED and gathering:
+                if WORKER_ENV.get(design, {}) != worker_env:
                     await asyncio.to_thread(stop_worker, worker.process, 10.0)
-                    env["VENN_SCHEDULER_GATHER_MS"] = "0"
-                    worker, gathering = await start_deciding(env, run_dir), False
+                    worker_env = WORKER_ENV.get(design, {})
+                    worker = await start_deciding({**env, **worker_env}, run_dir)
                     await asyncio.sleep(3)
                 rows.append(
                     await measure_size(
@@ -631,6 +647,12 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
         broker.stop()
 
 
+def decisions(row: dict[str, Any]) -> str:
+    if "decisions_per_s" not in row:  # a run before the scheduler counted them
+        return "-"
+    return f"{row['decisions_per_s']:.1f} ({row['batches_per_decision']:.2f})"
+
+
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str, float]) -> str:
     ours = [r for r in rows if r["design"] == OURS]
     sched = [r["scheduler_cpu_per_s"] for r in ours]
@@ -650,8 +672,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
         "| devices | design | gateways (scheduler counted) | check-ins/s offered | achieved "
         "| forwarded/s "
         "| assigned/s | **scheduler CPU, s/s** | gateway CPU per check-in, µs "
-        "| broker messages/s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| broker messages/s | check-in decisions/s (batches each) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
@@ -659,7 +681,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
             f"({r.get('gateways_counted', '-')}) | {r['offered_per_s']:,.0f} "
             f"| {r['checkins_per_s']:,.0f} | {r['forwarded_per_s']:,.1f} "
             f"| {r['assigned_per_s']:.1f} | **{r['scheduler_cpu_per_s']:.3f}** "
-            f"| {r['gateway_cpu_us_per_checkin']:.1f} | {r['broker_msgs_per_s']:,.0f} |"
+            f"| {r['gateway_cpu_us_per_checkin']:.1f} | {r['broker_msgs_per_s']:,.0f} "
+            f"| {decisions(r)} |"
         )
     by_size = sorted(ours, key=lambda r: r["devices"])
     ends = (
@@ -673,12 +696,18 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
         f"largest fleet over smallest: **{ends:.2f}x** (goal {GOAL_RATIO:g}x: "
         f"{'met' if max(got, ends) <= GOAL_RATIO else 'not met'}).",
     ]
-    before = [r["scheduler_cpu_per_s"] for r in rows if r["design"] == UNGATHERED]
-    if len(before) >= 2:
-        lines.append(
-            f"A scheduler that reads each record as it arrives (before): highest over lowest "
-            f"**{ratio(before):.2f}x**."
-        )
+    for design, name in (
+        (UNGATHERED, "A scheduler that reads each record as it arrives"),
+        (ALONE, "The design before (" + ALONE.removesuffix(" (before)") + ")"),
+    ):
+        before = [r["scheduler_cpu_per_s"] for r in rows if r["design"] == design]
+        if len(before) >= 2:
+            lines.append(f"{name}: highest over lowest **{ratio(before):.2f}x**.")
+
+    def mine_msgs(r: dict[str, Any]) -> float:
+        mine = next((o for o in ours if o["devices"] == r["devices"]), None)
+        return float(mine["broker_msgs_per_s"]) if mine is not None else math.nan
+
     if len(by_size) >= 2:
         gws = [float(r["gateways"]) for r in by_size]
         a_s, b_s = fit_line(gws, [r["scheduler_cpu_per_s"] for r in by_size])
@@ -699,6 +728,12 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
         UNGATHERED: lambda r, x, fwd: (
             f"At {r['devices']:,} devices, a scheduler that reads each record as it arrives "
             f"costs {x:.2f}x the CPU of one that lets its input gather."
+        ),
+        ALONE: lambda r, x, fwd: (
+            f"At {r['devices']:,} devices, deciding each batch alone with the quota held one "
+            f"apiece and 50 ms of gathering (the design before) costs the scheduler {x:.2f}x "
+            f"the CPU, with {r['broker_msgs_per_s'] / max(mine_msgs(r), 0.1):.2f}x the broker "
+            "messages."
         ),
         BASELINE: lambda r, x, fwd: (
             f"At {r['devices']:,} devices, every check-in forwarded costs the scheduler "
@@ -740,6 +775,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ungathered", action="store_true",
                    help="also, at every size, a scheduler that reads each record as it arrives "
                    "(VENN_SCHEDULER_GATHER_MS=0, the design before)")  # fmt: skip
+    p.add_argument("--alone", action="store_true",
+                   help="also, at every size, the design before check-in batches of one fetch "
+                   "were decided together and gateways held their quota in lumps (50 ms "
+                   "gathering)")  # fmt: skip
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
     started = time.time()
@@ -751,7 +790,8 @@ def main(argv: list[str] | None = None) -> int:
         if v != d
     ) + (" --baseline" if args.baseline else "") + (
         " --unshared" if args.unshared else "") + (
-        " --ungathered" if args.ungathered else "")  # fmt: skip
+        " --ungathered" if args.ungathered else "") + (
+        " --alone" if args.alone else "")  # fmt: skip
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "machine": f"{platform.machine()} {platform.python_implementation()} "

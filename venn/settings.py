@@ -217,7 +217,7 @@ class SchedulerSettings:
     )
     gather_ms: int = setting(
         "VENN_SCHEDULER_GATHER_MS",
-        50,
+        100,
         "After a scheduler fetch brought records, how long until the next one: what arrives "
         "meanwhile is read in one go. Each wake-up costs the scheduler about 2 ms of CPU (the "
         "Kafka client and Faust) whatever it reads, so this bounds its wake-ups per second "
@@ -225,10 +225,18 @@ class SchedulerSettings:
         "much latency for a record that arrives just after another; the first record after "
         "a quiet spell waits for nothing. 0: fetch again at once.",
     )
+    decide_together: int = setting(
+        "VENN_SCHEDULER_DECIDE_TOGETHER",
+        64,
+        "Most check-in batches of one fetch decided as one (one decision, one AssignmentBatch "
+        "per job; each batch's reply still its own). 1: each batch alone.",
+    )
 
     def __post_init__(self) -> None:
         if self.gather_ms < 0:
             raise ValueError("VENN_SCHEDULER_GATHER_MS must be >= 0")
+        if self.decide_together < 1:
+            raise ValueError("VENN_SCHEDULER_DECIDE_TOGETHER must be >= 1")
 
     def task_url(self, job_id: str, round_index: int) -> str:
         return f"{self.task_url_base.rstrip('/')}/jobs/{job_id}/rounds/{round_index}/task"

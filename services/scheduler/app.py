@@ -201,7 +201,7 @@ def create_app(settings: Settings | None = None) -> faust.App:
 
         async def agent(stream: faust.StreamT, _intake: Intake = intake) -> None:
             await letters.ready.wait()
-            await serve(stream, app.ledger, _intake.many)
+            await serve(stream, app.ledger, _intake.many, config.decide_together)
 
         channel = app.topic(name, key_serializer="raw", value_serializer="raw")
         app.agent(channel, name="scheduler-" + name.removeprefix("venn."))(agent)

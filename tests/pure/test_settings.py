@@ -174,3 +174,8 @@ def test_a_negative_gather_time_is_refused() -> None:
 def test_a_quota_lump_under_one_is_refused() -> None:
     with pytest.raises(ValueError, match="VENN_GATEWAY_QUOTA_LUMP must be >= 1"):
         Settings.from_env({"VENN_GATEWAY_QUOTA_LUMP": "0"}, running=False)
+
+
+def test_deciding_fewer_than_one_batch_together_is_refused() -> None:
+    with pytest.raises(ValueError, match="VENN_SCHEDULER_DECIDE_TOGETHER must be >= 1"):
+        Settings.from_env({"VENN_SCHEDULER_DECIDE_TOGETHER": "0"}, running=False)
