@@ -146,7 +146,9 @@ def create_app(settings: Settings | None = None) -> faust.App:
     faust_parts = FaustPartitions(app)
     readback = ReadBack(lambda p: faust_parts.next_offset((topics.ASSIGNMENTS, p)))
     store = FaustStore.create(app, partitions, owned)
-    state = SchedulerState(config, store, readback, settings.tenants.config())
+    state = SchedulerState(
+        config, store, readback, settings.tenants.config(), settings.max_event_bytes
+    )
     held: set[int] = set()
 
     async def expect_readback(generation: int) -> None:

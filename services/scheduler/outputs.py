@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 
 from venn import events as ev
+from venn.fields import BATCH_MAX
 
 
 def uniform_of(event_id: str) -> float:
@@ -47,3 +48,33 @@ def assignment_batch(
     return ev.AssignmentBatch(
         event_id=f"asgb:{source_id}:{job_id}", time=now, job_id=job_id, assignments=items
     )
+
+
+BATCH_ENVELOPE_BYTES = 1024
+"""More than an AssignmentBatch's bytes besides its items (type, ids, time, brackets)."""
+
+
+def assignment_batches(
+    source_id: str, job_id: str, items: list[ev.Assignment], now: float, max_bytes: int
+) -> list[ev.AssignmentBatch]:
+    """The assignments check-ins ``source_id`` gave one job, in as many AssignmentBatches
+    as keep each within ``max_bytes`` encoded (the limit every reader decodes with) and
+    BATCH_MAX items: the first with `assignment_batch`'s id, the next ones with ``:<k>``
+    after it (the same assignments, the same ids)."""
+    room = max(max_bytes - BATCH_ENVELOPE_BYTES, 1)
+    chunks: list[list[ev.Assignment]] = [[]]
+    used = 0
+    for item in items:
+        size = len(ev.encode(item)) + 1  # and its comma
+        if chunks[-1] and (used + size > room or len(chunks[-1]) >= BATCH_MAX):
+            chunks.append([])
+            used = 0
+        chunks[-1].append(item)
+        used += size
+    first = assignment_batch(source_id, job_id, chunks[0], now)
+    return [first] + [
+        ev.AssignmentBatch(
+            event_id=f"{first.event_id}:{k}", time=now, job_id=job_id, assignments=chunk
+        )
+        for k, chunk in enumerate(chunks[1:], start=1)
+    ]

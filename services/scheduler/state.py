@@ -39,7 +39,7 @@ import numpy as np
 
 from services.scheduler import metrics
 from services.scheduler.dedupe import RecentIds
-from services.scheduler.outputs import assignment, assignment_batch, uniform_of
+from services.scheduler.outputs import assignment, assignment_batches, uniform_of
 from services.scheduler.readback import ReadBack
 from services.scheduler.rows import (
     AssignedItem,
@@ -95,8 +95,11 @@ class SchedulerState:
         store: SchedulerStore,
         readback: ReadBack | None = None,
         tenants: TenantConfig | None = None,
+        max_bytes: int = ev.DEFAULT_MAX_BYTES,
     ) -> None:
         self.config = config
+        self.max_bytes = max_bytes
+        """Largest event its readers accept (VENN_MAX_EVENT_BYTES): outputs stay within it."""
         self.tenants = tenants
         self.store = store
         self.recent = RecentIds(config.dedupe_window)
@@ -601,7 +604,7 @@ class SchedulerState:
             ]
             self.decided.update(a.event_id for a in items)
             self.held_since.update(dict.fromkeys((a.device_id for a in items), now))
-            out.append(assignment_batch(cols.event_id, job_id, items, now))
+            out.extend(assignment_batches(cols.event_id, job_id, items, now, self.max_bytes))
         return out
 
     # -- venn.assignments (read back on the job's partition) ---------------------------

@@ -27,10 +27,13 @@ ATTRS = {"ram": 8.0}
 class Worker:
     sent: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     records: MemoryRecords = field(default_factory=MemoryRecords)
+    max_bytes: int = ev.DEFAULT_MAX_BYTES
 
     def __post_init__(self) -> None:
         self.store = MemoryStore()
-        self.state = SchedulerState(SchedulerSettings(policy="fifo"), self.store)
+        self.state = SchedulerState(
+            SchedulerSettings(policy="fifo"), self.store, max_bytes=self.max_bytes
+        )
         publisher = Publisher(
             lambda t, k, v: self.sent.append((t, k, v)), self.state, WrittenLetters(1)
         )
@@ -191,3 +194,24 @@ def test_batches_together_answer_each_gateway_its_declined_check_ins() -> None:
     # Replayed alone after a restart: deduplicated, nothing decided twice.
     assert w.intakes[topics.CHECKINS].many(records[:2]) == ["deduplicated"] * 2
     assert len(w.on(topics.ASSIGNMENTS)) == 1
+
+
+def test_assignments_of_batches_together_stay_within_the_event_size_limit() -> None:
+    """Many gateways' batches decided as one give more assignments than one event of
+    VENN_MAX_EVENT_BYTES holds: several AssignmentBatches, each within the limit (what
+    every reader decodes with), every assignment in exactly one, each read back."""
+    w = Worker(max_bytes=4096)
+    open_round(w, demand=60)
+    records = [
+        w.records.add(topics.CHECKINS, batch(f"b{g}", [f"d{g}-{i}" for i in range(6)], f"gw-{g}"))
+        for g in range(10)
+    ]
+    assert w.intakes[topics.CHECKINS].many(records) == ["handled"] * 10
+    sent = [v for t, _, v in w.sent if t == topics.ASSIGNMENTS]
+    assert len(sent) > 1 and all(len(v) <= 4096 for v in sent)
+    batches = [ev.decode(v, (ev.AssignmentBatch,), 4096) for v in sent]
+    devices = [a.device_id for b in batches for a in ev.assignments_of(b)]
+    assert sorted(devices) == sorted(f"d{g}-{i}" for g in range(10) for i in range(6))
+    assert len({b.event_id for b in batches}) == len(batches)
+    for value in sent:  # read back on the job's partition: each accounted once
+        assert w.feed(topics.ASSIGNMENTS, value) == "handled"
