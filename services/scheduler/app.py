@@ -201,9 +201,13 @@ def create_app(settings: Settings | None = None) -> faust.App:
             together=topic_handlers.decide_batches if name == topics.CHECKINS else None,
         )
 
-        async def agent(stream: faust.StreamT, _intake: Intake = intake) -> None:
+        # Only check-ins are read a fetch at a time: the other topics' handlers write table
+        # rows, whose changelog partition is that of the event Faust yielded last.
+        most = config.decide_together if name == topics.CHECKINS else 1
+
+        async def agent(stream: faust.StreamT, _intake: Intake = intake, _most: int = most) -> None:
             await letters.ready.wait()
-            await serve(stream, app.ledger, _intake.many, config.decide_together)
+            await serve(stream, app.ledger, _intake.many, _most)
 
         channel = app.topic(name, key_serializer="raw", value_serializer="raw")
         app.agent(channel, name="scheduler-" + name.removeprefix("venn."))(agent)

@@ -536,7 +536,9 @@ async def serve(
 
     A record is accounted only once handled, so a commit (the ledger's next offset) never
     passes one still waiting for the rest of its group; Faust's own ack, which comes as
-    the stream moves on, commits nothing here (`LedgerConsumer`)."""
+    the stream moves on, commits nothing here (`LedgerConsumer`). An agent whose handler
+    writes table rows needs ``most=1``: Faust writes a row to the changelog partition of
+    the event the stream yielded last."""
     waiting: list[Any] = []
     async for event in records(stream, ledger):
         waiting.append(event)
