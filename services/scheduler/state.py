@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,7 +104,7 @@ class SchedulerState:
         self.tenants = tenants
         self.store = store
         self.recent = RecentIds(config.dedupe_window)
-        self.core = self._new_core()
+        self.core = self._new_core(time.time())
         self.removed: set[str] = set()
         self.rows: dict[str, Row] = {}
         self.snapshots: dict[str, JobSnapshot] = {}
@@ -130,10 +131,11 @@ class SchedulerState:
         self.readback = readback or ReadBack(lambda partition: None)
         """Holds decisions after a takeover (`services.scheduler.readback`); open by default."""
 
-    def _new_core(self) -> Scheduler:
+    def _new_core(self, now: float) -> Scheduler:
         # Supply comes as counts: gateways report what they receive (most of which they
         # answer themselves); check-ins no gateway counted are counted here (``direct``).
-        self.direct = SlotCounts(time.time())
+        self.direct = SlotCounts(now)
+        self.direct_attrs: list[Mapping[str, float]] = []
         return make_scheduler(
             self.config.policy, seed=self.config.seed, supply_reports=True, tenants=self.tenants
         )
@@ -149,13 +151,28 @@ class SchedulerState:
         for c in event.counts:
             self.mix.observe(c.attrs, c.count)
 
-    def _count_direct(self, slots: np.ndarray, now: float) -> None:
+    def _count_direct(
+        self, slots: np.ndarray, attrs: list[Mapping[str, float]], now: float
+    ) -> None:
         """Check-ins no gateway counted (produced straight to Kafka, or an older gateway's)."""
+        self.direct.add(slots)
+        self.direct_attrs.extend(attrs)
+        self.report_direct(now)
+
+    def report_direct(self, now: float) -> None:
+        """The direct check-ins counted since the last report, as the direct source's
+        report, once DIRECT_REPORT_S has passed: on a later check-in or on the next status
+        snapshot, so that none waits for a check-in that may not come. Their attribute sets
+        join the mix in the same step: a snapshot's mix and rate describe the same
+        check-ins."""
         direct = self.direct
-        direct.add(slots)
-        if now - direct.since >= DIRECT_REPORT_S:
-            found, counts, interval = direct.drain(now)
-            self.core.observe_report(DIRECT_SOURCE, found, counts, interval, now)
+        if not self.direct_attrs or now - direct.since < DIRECT_REPORT_S:
+            return
+        found, counts, interval = direct.drain(now)
+        self.core.observe_report(DIRECT_SOURCE, found, counts, interval, now)
+        for attrs in self.direct_attrs:
+            self.mix.observe(attrs)
+        self.direct_attrs = []
 
     # -- recovery ----------------------------------------------------------------------
     def invalidate(self) -> None:
@@ -165,7 +182,7 @@ class SchedulerState:
     def ensure_loaded(self, now: float) -> None:
         if self.loaded:
             return
-        self.core = self._new_core()
+        self.core = self._new_core(now)
         self.removed.clear()
         self.rows.clear()
         self.snapshots.clear()
@@ -438,8 +455,7 @@ class SchedulerState:
         self._release_if_overdue(event.device_id, now)
         slot = self.core.slot_of(event.attrs)
         if not event.counted:
-            self._count_direct(np.array([slot]), now)
-            self.mix.observe(event.attrs)
+            self._count_direct(np.array([slot]), [event.attrs], now)
         if event.observe_only:
             return None
         if not self.readback.may_decide():
@@ -541,9 +557,10 @@ class SchedulerState:
         slots = core.index.slots_for(cols.attr_keys, cols.attrs)
         uncounted = fresh & ~cols.counted
         if uncounted.any():
-            self._count_direct(slots[uncounted], now)
-            for i in np.flatnonzero(uncounted).tolist():
-                self.mix.observe(cols.attrs[cols.attr_keys[i]])
+            attrs, keys = cols.attrs, cols.attr_keys
+            self._count_direct(
+                slots[uncounted], [attrs[keys[i]] for i in np.flatnonzero(uncounted).tolist()], now
+            )
         deciding = np.flatnonzero(fresh & ~cols.observe_only)
         if len(deciding) and not self.readback.may_decide():
             metrics.READBACK_HELD.inc(len(deciding))

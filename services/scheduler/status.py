@@ -53,6 +53,7 @@ def publish_status(state: SchedulerState, send: Send, now: float) -> bool:
     """Send one snapshot of ``state``'s core; False (nothing sent) before the state loaded."""
     if not state.loaded:
         return False
+    state.report_direct(now)
     core = state.core
     snapshot = scheduler_status(
         core,

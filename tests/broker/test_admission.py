@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import sys
@@ -26,6 +27,7 @@ from services.gateway import GatewayServer
 from services.gateway.admission_gate import load_of
 from services.recorder import RecorderStats, run_recorder
 from services.scheduler.process import start_worker, stop_worker
+from tests.broker.scheduler_bus import checkin
 from tests.broker.test_scheduler_pipeline import READY_TIMEOUT, Bus, checkins
 from tests.polling import until
 from venn.audit import make_engine
@@ -46,6 +48,7 @@ class Stack:
     http: aiohttp.ClientSession
     pg_url: str
     gateway: GatewayServer | None = None
+    trickles: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
 
     @contextlib.asynccontextmanager
     async def serving(self, **admission: Any) -> AsyncIterator[GatewayServer]:
@@ -97,9 +100,13 @@ class Stack:
     async def supply(self, attr: str, devices: int = 30) -> None:
         """Devices with ``attr`` 2 check in, until the scheduler's snapshot holds them (in
         its supply mix: the window's total stays at its size once other modules' check-ins
-        on the shared broker filled it, so a count of it cannot tell)."""
+        on the shared broker filled it, so a count of it cannot tell). They go on checking
+        in, 10 a second, to the module's end: admission judges a rate, and a burst's rate is
+        no longer counted once its source goes quiet."""
         tok = uuid.uuid4().hex[:6]
-        await checkins(self.bus, [f"d{i}-{tok}" for i in range(devices)], {attr: 2.0})
+        ids = [f"d{i}-{tok}" for i in range(devices)]
+        await checkins(self.bus, ids, {attr: 2.0})
+        self.trickles.append(asyncio.create_task(self._trickle(ids, attr)))
         assert self.gateway is not None
         status = self.gateway.gateway.status
 
@@ -111,6 +118,11 @@ class Stack:
         await until(lambda: held() >= devices, 30, f"{devices} check-ins of {attr} in the mix")
         _, body = await self.call("GET", "/v1/devices")
         assert body["available"] and body["admission_window"] >= MIN_CHECKINS, body
+
+    async def _trickle(self, ids: list[str], attr: str) -> None:
+        for i in itertools.count():
+            await asyncio.sleep(0.1)
+            await self.bus.send(topics.CHECKINS, checkin(ids[i % len(ids)], {attr: 2.0}))
 
     def history(self, job_id: str) -> list[tuple[str, str]]:
         engine = make_engine(self.pg_url)
@@ -164,10 +176,14 @@ async def stack(broker: str, run_dir: Path, partitions: int, pg_url: str) -> Asy
         min_checkins=MIN_CHECKINS, queue_check_s=0.3
     )
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+    trickles: list[asyncio.Task[None]] = []
     try:
         await bus.barrier(topics.CHECKINS, READY_TIMEOUT)
-        yield Stack(bus, gateway_settings, http, pg_url)
+        yield Stack(bus, gateway_settings, http, pg_url, trickles=trickles)
     finally:
+        for task in trickles:
+            task.cancel()
+        await asyncio.gather(*trickles, return_exceptions=True)
         await http.close()
         stop.set()
         await asyncio.wait_for(recorder, 30)

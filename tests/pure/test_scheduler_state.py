@@ -258,3 +258,23 @@ def test_a_job_cancelled_before_its_registration_is_never_run() -> None:
     rebuilt = state(jobs, {})
     rebuilt.on_job_event(registered("j"), 0, NOW)
     assert "j" not in rebuilt.core.jobs and "j" in rebuilt.removed
+
+
+def test_direct_checkins_reach_the_rate_and_the_mix_together_without_a_later_checkin() -> None:
+    # A burst straight to Kafka after 38 s of silence: the first check-in is reported at
+    # once (1 over the 38 s), the rest at the next status snapshot, not at a later check-in.
+    s = SchedulerState(SchedulerSettings(policy="fifo"), MemoryStore({}, {}))
+    s.ensure_loaded(NOW - 38)
+    s.on_checkin(checkin("first"), NOW)
+    assert s.core.supply.rate_per_s() == pytest.approx(1 / 38)
+    assert sum(n for _, n in s.mix.counts()) == 1
+    rest = [factories.checkin(f"d{i}", ATTRS, event_id=f"c-d{i}", time=NOW) for i in range(29)]
+    s.on_checkin_batch(ev.CheckinBatch(event_id="burst", time=NOW, checkins=rest), NOW + 0.1)
+    assert sum(n for _, n in s.mix.counts()) == 1  # counted, not reported yet
+    s.report_direct(NOW + 0.5)  # within DIRECT_REPORT_S of the last report: waits
+    assert sum(n for _, n in s.mix.counts()) == 1
+    s.report_direct(NOW + 2.0)
+    assert s.core.supply.rate_per_s() == pytest.approx(29 / 2.0)
+    assert s.mix.counts() == [(ATTRS, 30)]
+    s.report_direct(NOW + 10.0)  # nothing new: the latest report stands
+    assert s.core.supply.rate_per_s() == pytest.approx(29 / 2.0)
