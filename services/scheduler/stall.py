@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from enum import Enum
 
 from services.scheduler import metrics
 from venn.broker.faust_adapter import FaustPartitions, Part
@@ -37,10 +38,18 @@ DEFAULT_STALL_S = 30.0
 GUARD_INTERVAL_S = 5.0
 
 
+class Remedy(Enum):
+    WAIT = "wait"
+    REFETCH = "refetch"
+    GIVE_UP = "give up"
+
+
 @dataclass
 class StallWatch:
     stall_s: float = DEFAULT_STALL_S
     _moved: dict[tuple[str, int], tuple[int | None, float]] = field(default_factory=dict)
+    _refetched: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Partition -> the position it was last fetched again from."""
 
     def observe(
         self, topic: str, partition: int, position: int | None, behind: int, now: float
@@ -55,11 +64,28 @@ class StallWatch:
     def forget_all_but(self, assigned: set[tuple[str, int]]) -> None:
         for key in set(self._moved) - assigned:
             del self._moved[key]
+        for key in set(self._refetched) - assigned:
+            del self._refetched[key]
 
     def position(self, topic: str, partition: int) -> int | None:
         """The position last observed for the partition."""
         last = self._moved.get((topic, partition))
         return last[0] if last is not None else None
+
+    def remedy(self, topic: str, partition: int, seconds: float) -> Remedy:
+        """For a partition stalled ``seconds`` that Faust fetches: fetch it again from its
+        position the first time it stalls there; give up once it stays stalled there for
+        twice the stall time. A partition that moved on after a refetch and stalls again
+        further on is fetched again (seen in CI: a replay whose check-in partitions
+        stalled a second time was stopped, not fetched again)."""
+        key = (topic, partition)
+        position = self.position(topic, partition)
+        if position is None:
+            return Remedy.WAIT
+        if self._refetched.get(key) != position:
+            self._refetched[key] = position
+            return Remedy.REFETCH
+        return Remedy.GIVE_UP if seconds >= 2 * self.stall_s else Remedy.WAIT
 
     def stalled(self, now: float) -> list[tuple[str, int, float]]:
         """(topic, partition, seconds without progress) of each partition with records
@@ -84,8 +110,6 @@ class StallGuard:
         self.stalls = StallWatch()
         self.restoring = StallWatch()
         """Changelog partitions while the worker restores its tables."""
-        self.refetched: set[Part] = set()
-        self.reread: set[Part] = set()
 
     async def check(self) -> None:
         parts = self.partitions
@@ -129,46 +153,46 @@ class StallGuard:
         stuck = self.restoring.stalled(now)
         metrics.STALLED.set(len(stalled) + len(stuck))
         if stalled and not recovering:
-            await self._unstall(stalled, self.stalls, self.refetched)
+            await self._unstall(stalled, self.stalls)
         if stuck:
             # A changelog partition that recovery waits for and reads nothing of would
             # hold every stream: the same remedy as for an input.
-            await self._unstall(stuck, self.restoring, self.reread)
+            await self._unstall(stuck, self.restoring)
 
-    async def _unstall(
-        self, stalled: list[tuple[str, int, float]], watch: StallWatch, refetched: set[Part]
-    ) -> None:
+    async def _unstall(self, stalled: list[tuple[str, int, float]], watch: StallWatch) -> None:
         """A partition Faust left out of its fetch set is put back; one it fetches but
         delivers nothing of is fetched again from where the watch saw it stop (an input's
         lowest offset not handled, a changelog's restored offset); one still stalled after
-        twice the stall time stops the worker, which resumes from its committed offsets
-        once restarted."""
+        twice the stall time there stops the worker, which resumes from its committed
+        offsets once restarted (`StallWatch.remedy`)."""
         parts = self.partitions
         assigned = set(parts.assigned())
-        refetched.intersection_update((t, p) for t, p, _ in stalled)
         for topic, partition, seconds in stalled:
             part = (topic, partition)
             if part not in assigned:  # revoked meanwhile
                 continue
             state = parts.fetch_state(part)
             log.error(
-                "%s[%d] has records waiting and none handled for %.0f s (fetched: %s, "
-                "paused: %s, buffered: %s)",
+                "%s[%d] has records waiting and none handled for %.0f s from offset %s "
+                "(fetched: %s, paused: %s, buffered: %s, Faust's read offset: %s)",
                 topic,
                 partition,
                 seconds,
+                watch.position(topic, partition),
                 state.fetched,
                 state.paused,
                 state.buffered,
+                state.read_offset,
             )
             if not state.fetched:
                 parts.resume_fetching(part)
                 metrics.STALL_RESUMED.inc()
-            elif part not in refetched:
+                continue
+            remedy = watch.remedy(topic, partition, seconds)
+            if remedy is Remedy.REFETCH:
                 offset = watch.position(topic, partition)
-                if offset is not None:
-                    refetched.add(part)
-                    await parts.seek(part, offset)
-                    metrics.STALL_REFETCHED.inc()
-            elif seconds >= 2 * watch.stall_s:
+                assert offset is not None
+                await parts.seek(part, offset)
+                metrics.STALL_REFETCHED.inc()
+            elif remedy is Remedy.GIVE_UP:
                 await parts.crash(RuntimeError(f"{topic}[{partition}] unread for {seconds:.0f} s"))

@@ -166,7 +166,11 @@ async def test_a_standby_decides_after_the_decider_is_killed(cluster: Cluster) -
         # the devices holding an assignment again, and the ineligible ones.
         deadline = time.monotonic() + SETTLE_S
         while not any(a.time > killed_at for a in assigned().values()):
-            assert time.monotonic() < deadline, "no assignment after the decider was killed"
+            if time.monotonic() > deadline:
+                # Seen once under load (3 pytest workers): what the workers read and decided.
+                raise AssertionError(
+                    f"no assignment after the decider was killed\n{cluster.diagnosis()}"
+                )
             await check_in(*busy)
             await asyncio.sleep(0.5)
         successor = await cluster.settled()

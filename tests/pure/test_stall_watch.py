@@ -1,4 +1,4 @@
-from services.scheduler.stall import StallWatch
+from services.scheduler.stall import Remedy, StallWatch
 
 
 def test_a_partition_with_records_and_no_reads_is_stalled_after_the_timeout() -> None:
@@ -34,3 +34,27 @@ def test_the_position_to_fetch_again_from_is_the_last_one_observed() -> None:
     watch.observe("venn.jobs", 0, 4, behind=2, now=0)
     watch.observe("venn.jobs", 0, 6, behind=1, now=1)
     assert watch.position("venn.jobs", 0) == 6
+
+
+def test_a_partition_stalled_again_further_on_is_fetched_again_not_given_up() -> None:
+    # Seen in CI: a replay's check-in partition stalled, was fetched again, moved on, and
+    # stalled again further on; the second stall stopped the worker instead of a refetch.
+    watch = StallWatch(stall_s=30)
+    watch.observe("venn.checkins", 0, 100, behind=50, now=0)
+    assert watch.remedy("venn.checkins", 0, seconds=32) is Remedy.REFETCH
+    assert watch.remedy("venn.checkins", 0, seconds=37) is Remedy.WAIT
+    watch.observe("venn.checkins", 0, 140, behind=20, now=40)  # the refetch helped
+    assert watch.remedy("venn.checkins", 0, seconds=32) is Remedy.REFETCH
+    # Stalled where it was fetched again: give up after twice the stall time.
+    assert watch.remedy("venn.checkins", 0, seconds=59) is Remedy.WAIT
+    assert watch.remedy("venn.checkins", 0, seconds=64) is Remedy.GIVE_UP
+
+
+def test_no_position_no_refetch_and_a_revoked_partition_starts_afresh() -> None:
+    watch = StallWatch(stall_s=30)
+    assert watch.remedy("venn.jobs", 0, seconds=99) is Remedy.WAIT
+    watch.observe("venn.jobs", 0, 7, behind=1, now=0)
+    assert watch.remedy("venn.jobs", 0, seconds=32) is Remedy.REFETCH
+    watch.forget_all_but(set())
+    watch.observe("venn.jobs", 0, 7, behind=1, now=100)
+    assert watch.remedy("venn.jobs", 0, seconds=70) is Remedy.REFETCH

@@ -265,6 +265,7 @@ class LedgerConsumer(faust_aiokafka.Consumer):
             fetched=tp in self._get_active_partitions(),
             paused=tp in self._paused_partitions,
             buffered=tp in self._buffered_partitions,
+            read_offset=self._read_offset.get(tp),
         )
 
     def resume_fetching(self, tp: TP) -> None:
@@ -278,6 +279,8 @@ class FetchState:
     fetched: bool
     paused: bool
     buffered: bool
+    read_offset: int | None = None
+    """Faust's: it drops a fetched record below it."""
 
 
 def restore_progress(app: faust.App) -> dict[TP, tuple[int | None, int]]:
