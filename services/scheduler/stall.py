@@ -10,9 +10,10 @@ it. This watch stays as the net for a cause not known yet. It compares each inpu
 partition's lowest offset not accounted for in the offset ledger (`venn.broker.ledger`;
 not Faust's read offset, which had moved past the lost records) with its high watermark,
 every few seconds; reports a partition with records waiting and no progress on /healthz
-and in `venn_scheduler_stalled_partitions`; puts it back into Faust's fetch set if Faust
-had left it out (`LedgerConsumer.fetch_state`), or else fetches it again from that lowest
-offset, and stops the worker (for its supervisor to restart it) if that does not help. The
+and in `venn_scheduler_stalled_partitions` after `DEFAULT_STALL_S`; from
+`DEFAULT_REFETCH_S` on, puts it back into Faust's fetch set if Faust had left it out
+(`LedgerConsumer.fetch_state`), or else fetches it again from that lowest offset, and
+stops the worker (for its supervisor to restart it) if that does not help. The
 client's high watermarks are as of its last fetch (none before the first; stale once its
 Fetcher crashed, as CI saw), so the worker asks the broker for the end offsets too. While
 the worker restores its tables, a second watch does the same for the changelog
@@ -35,6 +36,13 @@ from venn.broker.health import BrokerWatch
 log = logging.getLogger(__name__)
 
 DEFAULT_STALL_S = 30.0
+"""No progress for this long with records waiting: stalled (/healthz fails)."""
+DEFAULT_REFETCH_S = 10.0
+"""No progress for this long: fetched again already. A refetch only costs records read
+twice (the ledger skips those handled), and a takeover's read-back gives up after
+READBACK_MAX_S (30 s): seen under load, a restarted worker's venn.assignments[3] sat at
+offset 29 with Faust's read offset at 62, and the read-back gave up the moment the guard
+first fetched it again."""
 GUARD_INTERVAL_S = 5.0
 
 
@@ -47,6 +55,7 @@ class Remedy(Enum):
 @dataclass
 class StallWatch:
     stall_s: float = DEFAULT_STALL_S
+    refetch_s: float = DEFAULT_REFETCH_S
     _moved: dict[tuple[str, int], tuple[int | None, float]] = field(default_factory=dict)
     _refetched: dict[tuple[str, int], int] = field(default_factory=dict)
     """Partition -> the position it was last fetched again from."""
@@ -87,13 +96,14 @@ class StallWatch:
             return Remedy.REFETCH
         return Remedy.GIVE_UP if seconds >= 2 * self.stall_s else Remedy.WAIT
 
-    def stalled(self, now: float) -> list[tuple[str, int, float]]:
+    def stalled(self, now: float, after: float | None = None) -> list[tuple[str, int, float]]:
         """(topic, partition, seconds without progress) of each partition with records
-        waiting and no read for `stall_s` or more."""
+        waiting and no read for ``after`` seconds (`stall_s` by default) or more."""
+        least = self.stall_s if after is None else after
         return sorted(
             (topic, partition, now - since)
             for (topic, partition), (_, since) in self._moved.items()
-            if now - since >= self.stall_s
+            if now - since >= least
         )
 
 
@@ -152,12 +162,14 @@ class StallGuard:
             self.restoring.forget_all_but(set())
         stuck = self.restoring.stalled(now)
         metrics.STALLED.set(len(stalled) + len(stuck))
-        if stalled and not recovering:
-            await self._unstall(stalled, self.stalls)
-        if stuck:
+        due = self.stalls.stalled(now, self.stalls.refetch_s)
+        if due and not recovering:
+            await self._unstall(due, self.stalls)
+        due = self.restoring.stalled(now, self.restoring.refetch_s)
+        if due:
             # A changelog partition that recovery waits for and reads nothing of would
             # hold every stream: the same remedy as for an input.
-            await self._unstall(stuck, self.restoring)
+            await self._unstall(due, self.restoring)
 
     async def _unstall(self, stalled: list[tuple[str, int, float]], watch: StallWatch) -> None:
         """A partition Faust left out of its fetch set is put back; one it fetches but
@@ -172,7 +184,8 @@ class StallGuard:
             if part not in assigned:  # revoked meanwhile
                 continue
             state = parts.fetch_state(part)
-            log.error(
+            log.log(
+                logging.ERROR if seconds >= watch.stall_s else logging.WARNING,
                 "%s[%d] has records waiting and none handled for %.0f s from offset %s "
                 "(fetched: %s, paused: %s, buffered: %s, Faust's read offset: %s)",
                 topic,

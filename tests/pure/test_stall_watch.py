@@ -50,6 +50,13 @@ def test_a_partition_stalled_again_further_on_is_fetched_again_not_given_up() ->
     assert watch.remedy("venn.checkins", 0, seconds=64) is Remedy.GIVE_UP
 
 
+def test_a_partition_is_fetched_again_before_it_counts_as_stalled() -> None:
+    watch = StallWatch(stall_s=30, refetch_s=10)
+    watch.observe("venn.assignments", 3, 29, behind=33, now=0)
+    assert watch.stalled(15) == []  # /healthz still passes
+    assert watch.stalled(15, after=watch.refetch_s) == [("venn.assignments", 3, 15)]
+
+
 def test_no_position_no_refetch_and_a_revoked_partition_starts_afresh() -> None:
     watch = StallWatch(stall_s=30)
     assert watch.remedy("venn.jobs", 0, seconds=99) is Remedy.WAIT
