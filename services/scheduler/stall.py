@@ -57,8 +57,9 @@ class StallWatch:
     stall_s: float = DEFAULT_STALL_S
     refetch_s: float = DEFAULT_REFETCH_S
     _moved: dict[tuple[str, int], tuple[int | None, float]] = field(default_factory=dict)
-    _refetched: dict[tuple[str, int], int] = field(default_factory=dict)
-    """Partition -> the position it was last fetched again from."""
+    _refetched: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
+    """Partition -> the position it was last fetched again from, and its seconds stalled
+    then."""
 
     def observe(
         self, topic: str, partition: int, position: int | None, behind: int, now: float
@@ -83,18 +84,24 @@ class StallWatch:
 
     def remedy(self, topic: str, partition: int, seconds: float) -> Remedy:
         """For a partition stalled ``seconds`` that Faust fetches: fetch it again from its
-        position the first time it stalls there; give up once it stays stalled there for
-        twice the stall time. A partition that moved on after a refetch and stalls again
-        further on is fetched again (seen in CI: a replay whose check-in partitions
-        stalled a second time was stopped, not fetched again)."""
+        position, and again every `refetch_s` while it stays there; give up once it has
+        stayed there for twice the stall time. A partition that moved on after a refetch
+        and stalls again further on starts afresh. Seen in CI: a replay whose check-in
+        partition stalled a second time was stopped, not fetched again; a refetch that
+        did not heal a stall (the fetch then delivered nothing older than Faust's read
+        offset, which a delivery still going through an earlier fetch had moved on)."""
         key = (topic, partition)
         position = self.position(topic, partition)
         if position is None:
             return Remedy.WAIT
-        if self._refetched.get(key) != position:
-            self._refetched[key] = position
-            return Remedy.REFETCH
-        return Remedy.GIVE_UP if seconds >= 2 * self.stall_s else Remedy.WAIT
+        last = self._refetched.get(key)
+        if last is not None and last[0] == position:
+            if seconds >= 2 * self.stall_s:
+                return Remedy.GIVE_UP
+            if seconds - last[1] < self.refetch_s:
+                return Remedy.WAIT
+        self._refetched[key] = (position, seconds)
+        return Remedy.REFETCH
 
     def stalled(self, now: float, after: float | None = None) -> list[tuple[str, int, float]]:
         """(topic, partition, seconds without progress) of each partition with records

@@ -39,15 +39,17 @@ def test_the_position_to_fetch_again_from_is_the_last_one_observed() -> None:
 def test_a_partition_stalled_again_further_on_is_fetched_again_not_given_up() -> None:
     # Seen in CI: a replay's check-in partition stalled, was fetched again, moved on, and
     # stalled again further on; the second stall stopped the worker instead of a refetch.
-    watch = StallWatch(stall_s=30)
+    watch = StallWatch(stall_s=30, refetch_s=10)
     watch.observe("venn.checkins", 0, 100, behind=50, now=0)
-    assert watch.remedy("venn.checkins", 0, seconds=32) is Remedy.REFETCH
-    assert watch.remedy("venn.checkins", 0, seconds=37) is Remedy.WAIT
+    assert watch.remedy("venn.checkins", 0, seconds=11) is Remedy.REFETCH
+    assert watch.remedy("venn.checkins", 0, seconds=16) is Remedy.WAIT
     watch.observe("venn.checkins", 0, 140, behind=20, now=40)  # the refetch helped
-    assert watch.remedy("venn.checkins", 0, seconds=32) is Remedy.REFETCH
-    # Stalled where it was fetched again: give up after twice the stall time.
-    assert watch.remedy("venn.checkins", 0, seconds=59) is Remedy.WAIT
-    assert watch.remedy("venn.checkins", 0, seconds=64) is Remedy.GIVE_UP
+    assert watch.remedy("venn.checkins", 0, seconds=11) is Remedy.REFETCH
+    # Stalled where it was fetched again: again every 10 s, given up at twice the stall time.
+    assert watch.remedy("venn.checkins", 0, seconds=16) is Remedy.WAIT
+    assert watch.remedy("venn.checkins", 0, seconds=21) is Remedy.REFETCH
+    assert watch.remedy("venn.checkins", 0, seconds=26) is Remedy.WAIT
+    assert watch.remedy("venn.checkins", 0, seconds=60) is Remedy.GIVE_UP
 
 
 def test_a_partition_is_fetched_again_before_it_counts_as_stalled() -> None:
