@@ -302,7 +302,7 @@ class FetchState:
     paused: bool
     buffered: bool
     read_offset: int | None = None
-    """Faust's: it drops a fetched record below it."""
+    """Faust's, for the log (only a changelog's record below it is dropped: `ReadOffsets`)."""
 
 
 def restore_progress(app: faust.App) -> dict[TP, tuple[int | None, int]]:
