@@ -223,21 +223,21 @@ async def test_ids_with_invisible_or_bidi_characters_and_negative_attributes_get
         device = f"dev{char}gpj.exe"
         token = gateway.tokens.issue("device", device, ttl_s=600)
         status, body = await gateway.post("/v1/checkin", checkin_body(device), token)
-        assert (status, body["error"]) == (422, "invalid_request"), (hex(ord(char)), body)
+        assert (status, body.get("error")) == (422, "invalid_request"), (hex(ord(char)), body)
         assert "$.device_id" in body["detail"]
         name = json.dumps({"device_id": device}).encode()
         status, body = await gateway.post("/v1/devices", name, enroll)
-        assert (status, body["error"]) == (422, "invalid_request"), (hex(ord(char)), body)
+        assert (status, body.get("error")) == (422, "invalid_request"), (hex(ord(char)), body)
         job = gateway.tokens.issue("job", "owner", jobs=["*"], ttl_s=600)
         spec = {"job_id": f"job{char}x", "requirement": {"ram": 1}, "demand": 1, "rounds": 1,
                 "deadline_s": 5}  # fmt: skip
         status, body = await gateway.post("/v1/jobs", json.dumps(spec).encode(), job)
-        assert (status, body["error"]) == (422, "invalid_request"), (hex(ord(char)), body)
+        assert (status, body.get("error")) == (422, "invalid_request"), (hex(ord(char)), body)
     device = f"dev-{uuid.uuid4().hex[:8]}"
     token = gateway.tokens.issue("device", device, ttl_s=600)
     for attrs in ({"ram": -4.0}, {"ram": 4.0, "cpu": -0.5}):
         status, body = await gateway.post("/v1/checkin", checkin_body(device, attrs), token)
-        assert (status, body["error"]) == (422, "invalid_request"), body
+        assert (status, body.get("error")) == (422, "invalid_request"), body
         assert ">= 0" in body["detail"] and "$.attrs" in body["detail"]
     assert gateway.server.gateway.stats.checkins == 0
     # Non-ASCII letters stay welcome, and zero is a value.
