@@ -1,7 +1,7 @@
 """The optimality bound's LP (venn.sim.bound) against its slot length, on one workload:
 LP size, solve time, peak memory and the bound itself, to choose ``--bound-slot-s``.
 
-    python bench/bound_slot_bench.py --workload even --rounds-scale 1.0 \
+    python -m bench.bound_slot_bench --workload even --rounds-scale 1.0 \
         --slots 86400,43200,21600,14400
 
 A coarser slot is still a valid bound (bound.py, "Any slot length"), only a weaker one.
@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import venn.sim.bound as bound_module
+from bench.common import preamble
 from venn.sim.bound import bound_jobs, lp_bound, supply_from_source
 from venn.sim.runner import scale_jobs, scaled_horizon, trace_for
 from venn.traces.devices import load_device_profiles
@@ -35,6 +36,7 @@ def main() -> None:
     )
     parser.add_argument("--time-limit", type=float, default=900.0, help="per solve, seconds")
     args = parser.parse_args()
+    preamble("bound_slot_bench")
 
     real_milp = bound_module.milp
     size: dict[str, Any] = {}

@@ -7,12 +7,10 @@ jobs: *no job* (no open round admits the devices) and *assign* (200 jobs of 250 
 every device eligible). Per message, each path does what the scheduler worker does apart
 from Faust and Kafka:
 
-- *item by item*: strict `venn.events.decode`, `SchedulerState.on_checkin` per check-in,
-  one AssignmentBatch per job, `encode`; read-back: strict decode of each AssignmentBatch
-  and `on_assignment`.
+- *item by item*: strict `venn.events.decode`, `SchedulerState.on_checkin` per check-in
+  (each assignment's row written as it is decided), one AssignmentBatch per job, `encode`.
 - *columnar*: `venn.checkin_columns.checkin_columns`, `SchedulerState.on_checkin_batch`
-  (the core's `Scheduler.checkin_batch`), `encode`; read-back: `SentBatches.take` (the bytes it
-  sent) and `on_assignment`.
+  (the core's `Scheduler.checkin_batch`, one row per job's batch), `encode`.
 
 Each path also counts table rows written per check-in (each a changelog record in the
 pipeline) and the deciding core's table compiles.
@@ -21,7 +19,7 @@ The core alone is measured too: `Scheduler.checkin` per check-in against
 `Scheduler.checkin_batch`, on the same slots and tiers. CPU time (process_time), median of
 the repeats. Prints a table and writes docs/results/bench/checkin_batch.json.
 
-    .venv/bin/python bench/checkin_batch_bench.py [--checkins 50000] [--repeats 5]
+    .venv/bin/python -m bench.checkin_batch_bench [--checkins 50000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -32,27 +30,25 @@ import json
 import math
 import platform
 import statistics
-import sys
 import time
 import uuid
-import zlib
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import git_commit, preamble
+from services.scheduler.outputs import uniform_of
+from services.scheduler.state import SchedulerState
+from services.scheduler.store import MemoryStore
+from venn import events as ev
+from venn.checkin_columns import AttrsCache, checkin_columns
+from venn.core import make_scheduler
+from venn.core.model import JobSpec, Requirement
+from venn.settings import SchedulerSettings
 
-from services.scheduler.state import SchedulerState, uniform_of  # noqa: E402
-from services.scheduler.store import MemoryStore  # noqa: E402
-from venn import events as ev  # noqa: E402
-from venn.checkin_columns import AttrsCache, checkin_columns  # noqa: E402
-from venn.core import make_scheduler  # noqa: E402
-from venn.core.model import JobSpec, Requirement  # noqa: E402
-from venn.report.provenance import git_commit  # noqa: E402
-from venn.settings import SchedulerSettings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "checkin_batch.json"
 BATCH = 128
@@ -60,7 +56,7 @@ DEMAND = 250
 GOAL_US = 5.0
 PARTITIONS = 12
 PATHS = ("item_by_item", "columnar")
-STAGES = ("decode", "decide", "encode", "read_back")
+STAGES = ("decode", "decide", "encode")
 COUNTS = ("rows_per_checkin", "compiles_per_checkin")
 
 
@@ -86,33 +82,29 @@ def checkin_messages(n: int, attrs: dict[str, float], prefix: str) -> list[bytes
     ]
 
 
-class CountingTable(MutableMapping[str, Any]):
+class CountingTable(MutableMapping[bytes, object]):
     """A dict that counts writes and deletes (each a changelog record in the pipeline)."""
 
     def __init__(self) -> None:
-        self.data: dict[str, Any] = {}
+        self.data: dict[bytes, object] = {}
         self.writes = 0
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: bytes) -> object:
         return self.data[key]
 
-    def __setitem__(self, key: str, value: Any) -> None:
+    def __setitem__(self, key: bytes, value: object) -> None:
         self.writes += 1
         self.data[key] = value
 
-    def __delitem__(self, key: str) -> None:
+    def __delitem__(self, key: bytes) -> None:
         self.writes += 1
         del self.data[key]
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[bytes]:
         return iter(self.data)
 
     def __len__(self) -> int:
         return len(self.data)
-
-
-def partition_of(key: str) -> int:
-    return zlib.crc32(key.encode()) % PARTITIONS
 
 
 class Worker:
@@ -132,7 +124,6 @@ class Worker:
         now = time.time()
         for j in range(jobs):
             job_id = f"job-{j}"
-            q = partition_of(job_id)
             registered = ev.JobRegistered(
                 event_id=f"reg-{job_id}", time=now, job_id=job_id, requirement={attr: 1.0},
                 demand=DEMAND, rounds=100, deadline_s=600.0, workload_s=30.0,
@@ -140,8 +131,8 @@ class Worker:
             requested = ev.RoundRequested(
                 event_id=f"rr-{job_id}", time=now, job_id=job_id, round_index=0, demand=DEMAND
             )
-            self.state.on_job_event(registered, q, now)
-            self.state.on_job_event(requested, q, now)
+            self.state.on_job_event(registered, now)
+            self.state.on_job_event(requested, now)
 
 
 def per_item_outputs(state: SchedulerState, batch: ev.CheckinBatch, now: float) -> list[ev.Event]:
@@ -180,26 +171,9 @@ def run_path(path: str, messages: list[bytes], jobs: int, attr: str) -> dict[str
     state = worker.state
     cache = AttrsCache()
     allowed_in = ev.ALLOWED_ON["venn.checkins"]
-    allowed_back = ev.ALLOWED_ON["venn.assignments"]
     spent = dict.fromkeys(STAGES, 0.0)
     clock = time.process_time
     assigned = 0
-
-    def read_back(out: list[ev.Event], now: float) -> int:
-        made = 0
-        for event in out:
-            if not isinstance(event, ev.AssignmentBatch):
-                continue
-            value = ev.encode(event)
-            if path == "item_by_item":
-                back = ev.decode(value, allowed_back)
-            else:
-                state.sent.add(event, value)
-                back = state.sent.take(value) or ev.decode(value, allowed_back)
-            state.on_assignment(back, partition_of(event.job_id), now)
-            state.recent.add(back.event_id)
-            made += len(event.assignments)
-        return made
 
     before = worker.counts()
     gc.collect()
@@ -219,12 +193,10 @@ def run_path(path: str, messages: list[bytes], jobs: int, attr: str) -> dict[str
         for o in out:
             ev.encode(o)
         t3 = clock()
-        assigned += read_back(out, now)
-        t4 = clock()
+        assigned += sum(len(o.assignments) for o in out if isinstance(o, ev.AssignmentBatch))
         spent["decode"] += t1 - t0
         spent["decide"] += t2 - t1
         spent["encode"] += t3 - t2
-        spent["read_back"] += t4 - t3
     total = sum(spent.values())
     count = len(messages) * BATCH
     after = worker.counts()
@@ -298,9 +270,9 @@ def measure(n: int, repeats: int) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     lines = [
-        "| Workload | Path | decode | decide | encode | read-back "
+        "| Workload | Path | decode | decide | encode "
         "| total µs/check-in | repeats | rows/check-in | compiles/check-in | assigned |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     jobs = f"{result['jobs']} jobs x {DEMAND}"
     labels = {"no_job": "no job admits the devices", "assign": f"{jobs}, all eligible"}
@@ -309,7 +281,7 @@ def report(result: dict[str, Any]) -> str:
             us = r["us_per_checkin"]
             lines.append(
                 f"| {label} | {path.replace('_', ' ')} | {us['decode']:.2f} | "
-                f"{us['decide']:.2f} | {us['encode']:.2f} | {us['read_back']:.2f} | "
+                f"{us['decide']:.2f} | {us['encode']:.2f} | "
                 f"**{us['total']:.2f}** | "
                 f"{', '.join(f'{x:.2f}' for x in r['total_repeats'])} | "
                 f"{r['rows_per_checkin']:.3f} | {r['compiles_per_checkin']:.3f} | "
@@ -326,12 +298,13 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/checkin_batch_bench.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.checkin_batch_bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--checkins", type=int, default=50_000)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
+    preamble("checkin_batch_bench")
     started = time.time()
     result = measure(args.checkins, args.repeats)
     out: dict[str, Any] = {
@@ -339,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
             "machine": f"{platform.machine()} {platform.python_implementation()} "
             f"{platform.python_version()}",
-            "command": "python bench/checkin_batch_bench.py"
+            "command": "python -m bench.checkin_batch_bench"
             + (f" --checkins {args.checkins}" if args.checkins != 50_000 else "")
             + (f" --repeats {args.repeats}" if args.repeats != 5 else ""),
             "commit": git_commit(),

@@ -8,7 +8,7 @@ closing or a round being requested, followed by the next check-in's table.
 Times are CPU seconds of this process (``time.process_time``), the best of ``--repeats``
 runs: the machine is shared, and CPU time is what other work disturbs least.
 
-    python bench/core_bench.py
+    python -m bench.core_bench
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from bench.common import preamble
 from venn.core import JobSpec, Requirement, Scheduler, make_scheduler
 from venn.core.irs import irs_plan
 from venn.core.model import DEFAULT_TENANT
@@ -148,6 +149,7 @@ def main() -> None:
         "--tenants", type=int, default=0, help="jobs dealt to this many equal tenants (0: none)"
     )
     args = ap.parse_args()
+    preamble("core_bench")
     global TENANTS
     TENANTS = args.tenants
     plans: list[dict[str, object]] = []

@@ -2,8 +2,8 @@
 broker messages per check-in for A (today), B (A with the forward quota off), C (the leased
 mode, from commit 97defac) and, with --before, main with every check-in forwarded.
 
-    .venv/bin/python bench/designs_pipeline_bench.py              # about 8 minutes
-    .venv/bin/python bench/designs_pipeline_bench.py --no-write   # print, publish nothing
+    .venv/bin/python -m bench.designs_pipeline_bench              # about 8 minutes
+    .venv/bin/python -m bench.designs_pipeline_bench --no-write   # print, publish nothing
 
 Setups (each a real stack: `loadtest.stack.LoadStack` of its own tree, started in a child
 process with that tree on PYTHONPATH: the scheduler worker(s) and one gateway process
@@ -16,7 +16,9 @@ process with that tree on PYTHONPATH: the scheduler worker(s) and one gateway pr
   the bench adds and removes, or --c-tree), VENN_SCHEDULER_MODE=leased with 2 workers, and
   with 1 (--c-workers);
 - before (--before): this tree with VENN_GATEWAY_FAST_NO=0 (every check-in forwarded, the
-  design before the gateways answered any at once).
+  design before the gateways answered any at once);
+- A-edge (--edge): A from the tree of EDGE_COMMIT, the last whose scheduler read its inputs
+  through Faust's stream path with the patch-set around it (issue 32), beside A.
 
 One Apache Kafka broker (this tree's `local_broker("kafka")`) serves the whole run; before
 each setup every non-internal topic is deleted and the setup's stack creates its own, with
@@ -59,7 +61,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +70,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "designs_pipeline.json"
 DOC = ROOT / "docs" / "results" / "designs_pipeline.md"
+EDGE_JSON_OUT = ROOT / "docs" / "results" / "bench" / "stream_edge.json"
+EDGE_DOC = ROOT / "docs" / "results" / "stream_edge.md"
+"""Where a run with --edge writes (this tree's stream edge against EDGE_COMMIT's)."""
 BASELINE_COMMIT = "97defac"
+EDGE_COMMIT = "7b90043"
 """The last commit with the leased mode (design C)."""
 PARTITIONS = 4
 IDLE_S = 5.0
@@ -83,16 +89,21 @@ class Setup:
     name: str
     label: str
     tree: str
-    """"main" (this tree) or "c" (the BASELINE_COMMIT tree)."""
+    """"main" (this tree), "c" (the BASELINE_COMMIT tree) or "edge" (EDGE_COMMIT's)."""
     workers: int = 1
     mode: str | None = None
     """VENN_SCHEDULER_MODE through StackConfig.scheduler_mode (C only)."""
     gateway_env: dict[str, str] = field(default_factory=dict)
 
 
-def setups(c_workers: list[int], before: bool) -> list[Setup]:
+def setups(c_workers: list[int], before: bool, edge: bool = False) -> list[Setup]:
     out = [
         Setup("A", "quota + supply reports, one decider", "main"),
+        *(
+            [Setup("A-edge", f"A with Faust's stream path ({EDGE_COMMIT})", "edge")]
+            if edge
+            else []
+        ),
         Setup("B", "supply reports, no quota", "main",
               gateway_env={"VENN_GATEWAY_FORWARD_QUOTA": B_QUOTA}),
     ]  # fmt: skip
@@ -110,50 +121,28 @@ def setups(c_workers: list[int], before: bool) -> list[Setup]:
 # -- pure helpers (tests/pure/test_designs_pipeline_bench.py) -------------------------------
 
 
-def proc_cpu_s(stat: str, ticks_per_s: int) -> float:
-    """User + system CPU seconds from the text of /proc/<pid>/stat."""
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / ticks_per_s
-
-
-def parent_of(stat: str) -> int:
-    """The parent pid from the text of /proc/<pid>/stat."""
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
-
-
-def descendants(root: int, parents: dict[int, int]) -> set[int]:
-    """``root`` and every process below it, given pid -> parent pid."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    out, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid in out:
-            continue
-        out.add(pid)
-        todo.extend(children.get(pid, ()))
-    return out
-
-
 def window_answers(answers: list[tuple[float, str, float]], t0: float, t1: float) -> dict[str, Any]:
     """Answers (wall time, reason, latency s) with a time in [t0, t1): counts by reason,
-    p50/p99 latency."""
+    p50/p99 latency of all of them and of the assigned ones (the check-ins the scheduler
+    decided)."""
     inside = [a for a in answers if t0 <= a[0] < t1]
     reasons = Counter(a[1] for a in inside)
-    lat = sorted(a[2] for a in inside)
 
-    def pct(q: float) -> float:
+    def pct(lat: list[float], q: float) -> float:
         if not lat:
             return float("nan")
         return lat[min(len(lat) - 1, max(0, math.ceil(len(lat) * q / 100) - 1))]
 
+    every = sorted(a[2] for a in inside)
+    assigned = sorted(a[2] for a in inside if a[1] == "assigned")
     return {
         "answered": len(inside),
         "assigned": reasons.get("assigned", 0),
         "reasons": dict(reasons),
-        "p50_ms": round(pct(50) * 1000, 1),
-        "p99_ms": round(pct(99) * 1000, 1),
+        "p50_ms": round(pct(every, 50) * 1000, 1),
+        "p99_ms": round(pct(every, 99) * 1000, 1),
+        "assigned_p50_ms": round(pct(assigned, 50) * 1000, 1),
+        "assigned_p99_ms": round(pct(assigned, 99) * 1000, 1),
     }
 
 
@@ -265,7 +254,6 @@ def loadgen_main(argv: list[str]) -> int:
     p.add_argument("--limit", type=int, default=512)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     import uvloop
 
     result = uvloop.run(_loadgen(a.url, a.rate, a.duration, a.fleet, a.seed, a.limit))
@@ -314,23 +302,6 @@ def stack_main(argv: list[str]) -> int:
 
 
 # -- the run (this tree) ---------------------------------------------------------------------
-
-
-def process_cpu(roots: list[int]) -> float:
-    """CPU seconds of ``roots`` and their descendants now."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    stats: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stats[int(entry.name)] = (entry / "stat").read_text()
-            except OSError:
-                continue
-    parents = {pid: parent_of(s) for pid, s in stats.items()}
-    pids: set[int] = set()
-    for root in roots:
-        pids |= descendants(root, parents)
-    return sum(proc_cpu_s(stats[p], ticks) for p in pids if p in stats)
 
 
 async def end_offsets(bootstrap: str) -> dict[str, int]:
@@ -401,6 +372,9 @@ class Snapshot:
 
 
 async def snapshot(stack: dict[str, Any], broker_pid: int, bootstrap: str) -> Snapshot:
+    # Not at the top: `stack` runs this module with another tree on PYTHONPATH.
+    from devtools.procs import process_cpu
+
     wall = time.time()
     cpu = {
         "scheduler": process_cpu(stack["scheduler_pids"]),
@@ -514,37 +488,49 @@ async def run_setup(
     return row
 
 
-def c_tree(args: argparse.Namespace, workdir: Path) -> tuple[Path, bool]:
-    """The tree of BASELINE_COMMIT, and whether this run added it (to remove it)."""
-    if args.c_tree:
-        return Path(args.c_tree), False
-    path = workdir / "c-tree"
+def commit_tree(commit: str, given: str | None, workdir: Path) -> tuple[Path, bool]:
+    """The tree of ``commit`` (``given``, or a worktree added here), and whether this run
+    added it (to remove it)."""
+    if given:
+        return Path(given), False
+    path = workdir / f"tree-{commit}"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path),
-                    BASELINE_COMMIT], check=True, capture_output=True)  # fmt: skip
+                    commit], check=True, capture_output=True)  # fmt: skip
     return path, True
 
 
 async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT))
-    from venn.broker.local import local_broker
+    from devtools.brokers import local_broker
 
-    plan = setups(args.c_workers, args.before)
-    tree_c, added = c_tree(args, workdir) if any(s.tree == "c" for s in plan) else (ROOT, False)
+    once = setups(args.c_workers, args.before, args.edge)
+    # Repeats interleaved, so that the machine's load hits every setup alike.
+    plan = (
+        once
+        if args.repeats == 1
+        else [replace(s, name=f"{s.name} #{k}") for k in range(1, args.repeats + 1) for s in once]
+    )
+    trees: dict[str, Path] = {"main": ROOT}
+    added: list[Path] = []
+    for name, commit, given in (("c", BASELINE_COMMIT, args.c_tree), ("edge", EDGE_COMMIT, None)):
+        if any(s.tree == name for s in plan):
+            trees[name], new = commit_tree(commit, given, workdir)
+            if new:
+                added.append(trees[name])
     broker = local_broker("kafka", workdir / "broker").start()
     rows = []
     try:
         pid = broker.pids()[0]
         for i, setup in enumerate(plan):
-            tree = tree_c if setup.tree == "c" else ROOT
+            tree = trees[setup.tree]
             # The first setup also warms the broker's JVM (it compiles its hot paths).
             warmup = args.warmup + (args.broker_warmup if i == 0 else 0.0)
             row = await run_setup(setup, tree, broker.bootstrap, pid, args, workdir, warmup)
             rows.append(row)
     finally:
         broker.stop()
-        if added:
+        for path in added:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(tree_c)], check=False)  # fmt: skip
+                            str(path)], check=False)  # fmt: skip
     return {"rows": rows}
 
 
@@ -565,8 +551,9 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "check-in | **scheduler CPU per check-in, µs** "
         "| **gateway CPU per check-in, µs** | broker CPU per check-in, µs "
         "| **broker messages per check-in** (venn.*) | all topics (changelogs too) "
-        "| idle cores: scheduler / gateway / broker | p99 ms | answers in window |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+        "| idle cores: scheduler / gateway / broker | p99 ms | assigned: p50 / p99 ms "
+        "| answers in window |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",
     ]
     for r in rows:
         s, p, idle = r["setup"], r["per_checkin"], r["idle_cores"]
@@ -577,7 +564,9 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f"| **{p['scheduler_us']:.1f}** | **{p['gateway_us']:.1f}** | {p['broker_us']:.1f} "
             f"| **{p['venn_messages']:.3f}** | {p['all_messages']:.3f} "
             f"| {idle['scheduler']:.3f} / {idle['gateway']:.3f} / {idle['broker']:.3f} "
-            f"| {r['answers']['p99_ms']:.0f} | {reasons} |"
+            f"| {r['answers']['p99_ms']:.0f} "
+            f"| {r['answers'].get('assigned_p50_ms', math.nan):.0f} / "
+            f"{r['answers'].get('assigned_p99_ms', math.nan):.0f} | {reasons} |"
         )
     lines += ["", "Broker messages in the window by topic:", ""]
     for r in rows:
@@ -592,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         return loadgen_main(argv[1:])
     if argv[:1] == ["stack"]:
         return stack_main(argv[1:])
-    p = argparse.ArgumentParser(prog="bench/designs_pipeline_bench.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.designs_pipeline_bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--rate", type=float, default=1000.0, help="check-ins/s, open loop")
     p.add_argument("--fleet", type=int, default=100_000, help="device ids drawn from")
@@ -605,22 +594,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--c-workers", type=int, nargs="*", default=[2, 1])
     p.add_argument("--c-tree", help="a checkout of 97defac (default: a worktree added here)")
     p.add_argument("--before", action="store_true", help="also VENN_GATEWAY_FAST_NO=0")
+    p.add_argument("--edge", action="store_true", help=f"also A from {EDGE_COMMIT}'s tree")
+    p.add_argument(
+        "--repeats", type=int, default=1, help="every setup this many times, interleaved"
+    )
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
+    from bench.common import git_commit, preamble, write_block
+
+    preamble("designs_pipeline_bench")
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="venn-designs-pipe-") as tmp:
         out = asyncio.run(measure(args, Path(tmp)))
-    sys.path.insert(0, str(ROOT))
-    from venn.report.provenance import git_commit
-    from venn.report.results_page import write_block
 
     defaults = {"rate": 1000.0, "fleet": 100_000, "warmup": 10.0, "window": 25.0}
     command = (
-        "python bench/designs_pipeline_bench.py"
+        "python -m bench.designs_pipeline_bench"
         + "".join(
             f" --{k} {getattr(args, k):g}" for k, d in defaults.items() if getattr(args, k) != d
         )
         + (" --before" if args.before else "")
+        + (" --edge" if args.edge else "")
+        + (f" --repeats {args.repeats}" if args.repeats != 1 else "")
+        + (f" --c-workers {' '.join(map(str, args.c_workers))}" if args.c_workers != [2, 1] else "")
     )
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
@@ -640,9 +636,19 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(meta, out["rows"])
     print(text)
     if not args.no_write:
-        JSON_OUT.write_text(json.dumps({"meta": meta, "rows": out["rows"]}, indent=1) + "\n")
-        write_block(DOC, "designs-pipeline", text, "Scale-out designs in the pipeline")
-        print(f"\nwrote {JSON_OUT.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
+        json_out, doc, block, title = (
+            (
+                EDGE_JSON_OUT,
+                EDGE_DOC,
+                "stream-edge",
+                "The scheduler's stream edge, before and after",
+            )
+            if args.edge
+            else (JSON_OUT, DOC, "designs-pipeline", "Scale-out designs in the pipeline")
+        )
+        json_out.write_text(json.dumps({"meta": meta, "rows": out["rows"]}, indent=1) + "\n")
+        write_block(doc, block, text, title)
+        print(f"\nwrote {json_out.relative_to(ROOT)} and {doc.relative_to(ROOT)}")
     return 0
 
 

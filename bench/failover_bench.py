@@ -2,18 +2,25 @@
 assignment its successor makes (goal: 5 s), on Apache Kafka.
 
 Each run starts a fresh group of scheduler workers (default 3: one decider, two hot
-standbys) on one embedded Kafka broker, opens a round of a large demand and feeds it
-eligible check-ins (each from a new device) at a steady rate. Once assignments flow, the
-decider is SIGKILLed; the run reports when a standby's `venn_scheduler_deciding` turned 1
-(polled every 0.1 s) and when the first assignment decided after the kill was made (its
-decision time) and seen on venn.assignments. Workers run with the broker's profile
-(`venn/broker/tuning.py`: a 3 s session on Kafka), so the dead decider's session expiry is
-most of the figure.
+standbys) on one embedded Kafka broker and opens two jobs of the same requirement: *live*,
+whose coordinator keeps sending heartbeats, with a round of `DEMAND` devices, and
+*silent*, which sends none and is expired by the decider after `JOB_TIMEOUT_S`. Eligible
+check-ins (each from a new device) come at a steady rate. Once *silent* has expired and
+the decider has made `WARM_ASSIGNMENTS`, it is SIGKILLed; the run reports when a standby's
+`venn_scheduler_deciding` turned 1 (polled every 0.1 s) and when the first assignment
+decided after the kill was made (its decision time) and seen on venn.assignments. Workers
+run with the broker's profile (`venn/broker/tuning.py`: a 3 s session on Kafka), so the
+dead decider's session expiry is most of the figure.
+
+Each run also checks the invariants of design.md on what venn.assignments and venn.jobs
+carried: no device holds two assignments, the round gets no more than its demand, and no
+job gets an assignment after its expiry was decided (the predecessor's decision; the
+successor restores its tombstone).
 
 Writes docs/results/bench/failover.json and the table of docs/results/failover.md (between
 its markers).
 
-    python bench/failover_bench.py [--runs 5] [--workers 3] [--rate 20] [--no-write]
+    python -m bench.failover_bench [--runs 5] [--workers 3] [--rate 20] [--no-write]
 """
 
 from __future__ import annotations
@@ -23,35 +30,36 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import statistics
-import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import git_commit, preamble, write_block
+from devtools.brokers import local_broker
+from devtools.stack.local import Stack
+from devtools.stack.processes import DECIDING, settled_decider, worker_metric
+from venn import events as ev
+from venn.broker import topics
+from venn.settings import Settings
 
-from services.scheduler.process import kill_worker, start_worker, stop_worker  # noqa: E402
-from venn import events as ev  # noqa: E402
-from venn.broker import topics  # noqa: E402
-from venn.broker.local import local_broker  # noqa: E402
-from venn.broker.process import free_port  # noqa: E402
-from venn.report.provenance import git_commit  # noqa: E402
-from venn.report.results_page import write_block  # noqa: E402
-from venn.settings import Settings  # noqa: E402
-from venn.stack.processes import DECIDING, settled_decider, worker_metric  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "failover.json"
 DOC = ROOT / "docs" / "results" / "failover.md"
 GOAL_S = 5.0
 PARTITIONS = 4
 WARM_ASSIGNMENTS = 20
-"""Assignments the decider makes before it is killed."""
+"""Assignments the decider makes before it is killed (at least)."""
+DEMAND = 200
+"""The live job's round: more than the decider makes before the kill, filled after it."""
+JOB_TIMEOUT_S = 4.0
 TIMEOUT_S = 120.0
 
 
@@ -63,15 +71,47 @@ class Assignments:
             topics.ASSIGNMENTS, bootstrap_servers=bootstrap, auto_offset_reset="latest"
         )
         self.seen: dict[str, tuple[ev.Assignment, float]] = {}
+        self.expired: dict[str, float] = {}
+        """Job -> the decision time of its first JobExpired on venn.jobs."""
+        self.jobs = AIOKafkaConsumer(
+            topics.JOBS, bootstrap_servers=bootstrap, auto_offset_reset="latest"
+        )
         self.task: asyncio.Task[None] | None = None
+        self.jobs_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self.consumer.start()
-        while not self.consumer.assignment():  # subscribed: positions at the end from here
-            await asyncio.sleep(0.05)
-        for tp in self.consumer.assignment():
-            await self.consumer.position(tp)
+        for consumer in (self.consumer, self.jobs):
+            await consumer.start()
+            while not consumer.assignment():  # subscribed: positions at the end from here
+                await asyncio.sleep(0.05)
+            for tp in consumer.assignment():
+                await consumer.position(tp)
         self.task = asyncio.create_task(self._read())
+        self.jobs_task = asyncio.create_task(self._read_jobs())
+
+    async def _read_jobs(self) -> None:
+        async for msg in self.jobs:
+            try:
+                event = ev.decode(msg.value, ev.ALLOWED_ON[topics.JOBS])
+            except ev.InvalidEvent:
+                continue
+            if isinstance(event, ev.JobExpired):
+                self.expired.setdefault(event.job_id, event.time)
+
+    def violations(self) -> dict[str, int]:
+        """Counts of what the invariants forbid, over every assignment seen."""
+        made = [a for a, _ in self.seen.values()]
+        devices = [a.device_id for a in made]
+        per_round: dict[tuple[str, int], int] = {}
+        for a in made:
+            per_round[(a.job_id, a.round_index)] = per_round.get((a.job_id, a.round_index), 0) + 1
+        return {
+            "devices_twice": len(devices) - len(set(devices)),
+            "over_demand": sum(max(0, n - DEMAND) for n in per_round.values()),
+            "after_expiry": sum(
+                a.time > self.expired[a.job_id] for a in made if a.job_id in self.expired
+            ),
+        }
 
     async def _read(self) -> None:
         allowed = ev.ALLOWED_ON[topics.ASSIGNMENTS]
@@ -81,16 +121,21 @@ class Assignments:
                 self.seen.setdefault(a.event_id, (a, now))
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+        for task in (self.task, self.jobs_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.consumer.stop()
+        await self.jobs.stop()
 
 
-async def feed(producer: AIOKafkaProducer, attr: str, rate: float, stop: asyncio.Event) -> None:
-    """Eligible check-ins, each from a new device, at ``rate`` per second."""
+async def feed(
+    producer: AIOKafkaProducer, attr: str, rate: float, stop: asyncio.Event, on: asyncio.Event
+) -> None:
+    """Eligible check-ins, each from a new device, at ``rate`` per second while ``on``."""
     n = 0
     while not stop.is_set():
+        await on.wait()
         checkin = ev.DeviceCheckin(
             event_id=f"ci-{uuid.uuid4().hex}",
             time=time.time(),
@@ -104,35 +149,61 @@ async def feed(producer: AIOKafkaProducer, attr: str, rate: float, stop: asyncio
         await asyncio.sleep(1.0 / rate)
 
 
+async def heartbeats(producer: AIOKafkaProducer, job_id: str, stop: asyncio.Event) -> None:
+    """The live job's coordinator: a heartbeat every second."""
+    while not stop.is_set():
+        beat = ev.JobHeartbeat(event_id=f"hb-{uuid.uuid4().hex}", time=time.time(), job_id=job_id)
+        await producer.send(topics.JOBS, ev.encode(beat), key=ev.key_of(beat))
+        await asyncio.sleep(1.0)
+
+
+def metrics_text(port: int) -> str:
+    """A worker's /metrics page (the venn_ lines), or why there is none."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5.0) as resp:
+            body: str = resp.read().decode()
+    except OSError as e:
+        return f"no answer: {e}"
+    return "\n".join(line for line in body.splitlines() if line.startswith("venn_"))
+
+
 async def deciding(ports: dict[str, int]) -> list[str]:
     states = {n: await asyncio.to_thread(worker_metric, p, DECIDING) for n, p in ports.items()}
     return [n for n, s in states.items() if s == 1.0]
 
 
 async def one_run(bootstrap: str, run_dir: Path, workers: int, rate: float) -> dict[str, Any]:
-    app_id = f"venn-failover-{uuid.uuid4().hex[:8]}"
-    settings = Settings(broker=bootstrap, app_id=app_id, topic_partitions=PARTITIONS)
-    await topics.prepare_topics(settings)
-    env = {
-        "VENN_BROKER": bootstrap,
-        "VENN_BROKER_KIND": "kafka",
-        "VENN_APP_ID": app_id,
-        "VENN_TOPIC_PARTITIONS": str(PARTITIONS),
-        "VENN_RUN_DIR": str(run_dir),
-        "VENN_POLICY": "venn",
-    }
-    ports = {f"w{i}": free_port() for i in range(workers)}
-    procs = {}
-    for name, port in ports.items():
-        with open(run_dir / f"{app_id}-{name}.log", "ab") as log:
-            procs[name] = start_worker({**env, "VENN_SCHEDULER_WEB_PORT": str(port)}, log)
+    settings = Settings(
+        broker=bootstrap,
+        broker_kind="external",
+        broker_tuning="kafka",
+        run_dir=str(run_dir / f"run-{uuid.uuid4().hex[:8]}"),
+        topic_partitions=PARTITIONS,
+        app_id="venn-failover",
+    )
+    # The scheduler's workers only: one decides, the others are hot standbys.
+    stack = Stack(
+        settings,
+        workers=workers,
+        recorder=False,
+        gateway=False,
+        secure=False,
+        unique=True,
+        extra_env={"VENN_JOB_TIMEOUT_S": str(JOB_TIMEOUT_S)},
+    )
+    await asyncio.to_thread(stack.up)
+    ports, procs = stack.worker_ports, stack.processes
+    app_id = stack.settings.app_id  # unique=True: venn-failover-<suffix>
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     seen = Assignments(bootstrap)
     await seen.start()
     stop = asyncio.Event()
     feeder: asyncio.Task[None] | None = None
+    beats: asyncio.Task[None] | None = None
     loop = asyncio.get_running_loop()
+    decider: str | None = None
+    live = ""
     try:
         deadline = loop.time() + TIMEOUT_S
         while True:  # every worker answers and exactly one decides
@@ -143,25 +214,39 @@ async def one_run(bootstrap: str, run_dir: Path, workers: int, rate: float) -> d
                 raise RuntimeError(f"no settled group of {workers} in {TIMEOUT_S:.0f} s")
             await asyncio.sleep(0.5)
         attr = f"fo_{uuid.uuid4().hex[:8]}"
-        job_id = f"failover-{attr}"
+        live, silent = f"live-{attr}", f"silent-{attr}"
         now = time.time()
-        for event in (
-            ev.JobRegistered(
-                event_id=f"reg-{job_id}", time=now, job_id=job_id, requirement={attr: 1.0},
-                demand=100_000, rounds=1, deadline_s=3600, workload_s=5,
-            ),
-            ev.RoundRequested(
-                event_id=f"rr-{job_id}", time=now, job_id=job_id, round_index=0, demand=100_000
-            ),
-        ):  # fmt: skip
-            await producer.send_and_wait(topics.JOBS, ev.encode(event), key=ev.key_of(event))
-        feeder = asyncio.create_task(feed(producer, attr, rate, stop))
-        while len(seen.seen) < WARM_ASSIGNMENTS:
+        for job_id in (live, silent):
+            for event in (
+                ev.JobRegistered(
+                    event_id=f"reg-{job_id}", time=now, job_id=job_id, requirement={attr: 1.0},
+                    demand=DEMAND, rounds=1, deadline_s=3600, workload_s=5,
+                ),
+                ev.RoundRequested(
+                    event_id=f"rr-{job_id}", time=now, job_id=job_id, round_index=0, demand=DEMAND
+                ),
+            ):  # fmt: skip
+                await producer.send_and_wait(topics.JOBS, ev.encode(event), key=ev.key_of(event))
+        beats = asyncio.create_task(heartbeats(producer, live, stop))
+        feeding = asyncio.Event()
+        feeding.set()
+        feeder = asyncio.create_task(feed(producer, attr, rate, stop, feeding))
+        while len(seen.seen) < WARM_ASSIGNMENTS or silent not in seen.expired:
+            if len(seen.seen) >= WARM_ASSIGNMENTS:
+                # No new devices until the kill: a decider behind on a loaded machine
+                # otherwise filled the whole round from its backlog before it (no room left
+                # for its successor: runs 18 and 19 at 47639fb).
+                feeding.clear()
             if loop.time() > deadline + TIMEOUT_S:
-                raise RuntimeError("the decider does not assign")
+                raise RuntimeError(f"{len(seen.seen)} assignments, expired: {sorted(seen.expired)}")
             await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # what the decider still had to decide is seen
+        if sum(a.job_id == live for a, _ in seen.seen.values()) >= DEMAND:
+            raise RuntimeError("the round was full before the kill (a set-up failure)")
         killed_at = time.time()
-        kill_worker(procs[decider])
+        procs[decider].kill()  # SIGKILL
+        feeding.set()
+        load = float(Path("/proc/loadavg").read_text().split()[0])
         rest = {n: p for n, p in ports.items() if n != decider}
         promoted_s: float | None = None
         first: tuple[ev.Assignment, float] | None = None
@@ -174,19 +259,38 @@ async def one_run(bootstrap: str, run_dir: Path, workers: int, rate: float) -> d
             if after and first is None:
                 first = min(after, key=lambda at: at[0].time)
             await asyncio.sleep(0.1)
+        # The successor fills the live round; then room for an assignment too many.
+        while sum(a.job_id == live for a, _ in seen.seen.values()) < DEMAND:
+            if time.time() - killed_at > TIMEOUT_S:
+                raise RuntimeError("the successor does not fill the round")
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(2.0)
         return {
+            "app_id": app_id,
+            "load": load,
             "decided_s": round(first[0].time - killed_at, 2),
             "seen_s": round(first[1] - killed_at, 2),
             "deciding_metric_s": round(promoted_s, 2),
+            "before_kill": sum(a.time <= killed_at for a, _ in seen.seen.values()),
+            **seen.violations(),
         }
+    except RuntimeError as e:
+        evidence = run_dir / f"{app_id}-evidence.txt"
+        with evidence.open("w") as out:
+            out.write(f"{e}\nkilled decider: {decider}\n")
+            for name, port in ports.items():
+                out.write(f"\n== {name} /metrics\n{await asyncio.to_thread(metrics_text, port)}\n")
+            live_n = sum(a.job_id == live for a, _ in seen.seen.values())
+            out.write(f"\nassignments seen: {len(seen.seen)}, to the live job: {live_n}\n")
+        return {"app_id": app_id, "failed": str(e), "evidence": str(run_dir), **seen.violations()}
     finally:
         stop.set()
-        if feeder is not None:
-            await asyncio.gather(feeder, return_exceptions=True)
+        for task in (feeder, beats):
+            if task is not None:
+                await asyncio.gather(task, return_exceptions=True)
         await seen.stop()
         await producer.stop()
-        for proc in procs.values():
-            await asyncio.to_thread(stop_worker, proc, 10.0)
+        await asyncio.to_thread(stack.down)
 
 
 async def measure(runs: int, workers: int, rate: float, run_dir: Path) -> list[dict[str, Any]]:
@@ -203,7 +307,8 @@ async def measure(runs: int, workers: int, rate: float, run_dir: Path) -> list[d
 
 
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
-    decided = [r["decided_s"] for r in results]
+    done = [r for r in results if "failed" not in r]
+    decided = [r["decided_s"] for r in done]
     lines = [
         f"Run {meta['date']} ({meta['cores']} cores): `{meta['command']}` "
         f"({meta['seconds']:.0f} s), commit {meta['commit']}. {meta['workers']} workers "
@@ -212,37 +317,61 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         f"{meta['session_s']:g} s.",
         "",
         "| run | SIGKILL -> first assignment decided, s | -> seen on venn.assignments, s "
-        "| -> successor reports deciding, s |",
-        "| --- | --- | --- | --- |",
+        "| -> successor reports deciding, s | assigned before the kill | load at the kill "
+        "| devices assigned twice | over demand | after the expiry |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for i, r in enumerate(results, 1):
+        if "failed" in r:
+            lines.append(
+                f"| {i} | **failed: {r['failed']}** | | | | | {r['devices_twice']} | "
+                f"{r['over_demand']} | {r['after_expiry']} |"
+            )
+            continue
         lines.append(
-            f"| {i} | **{r['decided_s']:.2f}** | {r['seen_s']:.2f} | {r['deciding_metric_s']:.2f} |"
+            f"| {i} | **{r['decided_s']:.2f}** | {r['seen_s']:.2f} | "
+            f"{r['deciding_metric_s']:.2f} | {r['before_kill']} | {r.get('load', 0):.1f} | "
+            f"{r['devices_twice']} | {r['over_demand']} | {r['after_expiry']} |"
         )
+    broken = sum(r["devices_twice"] + r["over_demand"] + r["after_expiry"] for r in results)
+    failed = len(results) - len(done)
+    summary = (
+        f"Median {statistics.median(decided):.2f} s, worst {max(decided):.2f} s; goal "
+        f"{GOAL_S:g} s: met in {sum(d <= GOAL_S for d in decided)} of {len(results)} runs. "
+        if decided
+        else ""
+    )
     lines += [
         "",
-        f"Median {statistics.median(decided):.2f} s, worst {max(decided):.2f} s; goal "
-        f"{GOAL_S:g} s: {'met' if max(decided) <= GOAL_S else 'not met'} in "
-        f"{sum(d <= GOAL_S for d in decided)} of {len(decided)} runs.",
+        summary
+        + (f"{failed} runs failed (see the note of the run). " if failed else "")
+        + f"Invariants (no device twice, no round over its demand of {DEMAND}, nothing to a "
+        f"job after its expiry): "
+        + ("held in every run." if not broken else f"{broken} violations."),
     ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/failover_bench.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.failover_bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--rate", type=float, default=20.0, help="eligible check-ins per second")
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
+    preamble("failover_bench")
     if args.workers < 2:
         p.error("--workers: at least 2 (a decider and a standby)")
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="venn-failover-") as tmp:
-        results = asyncio.run(measure(args.runs, args.workers, args.rate, Path(tmp)))
+    tmp = Path(tempfile.mkdtemp(prefix="venn-failover-"))
+    results = asyncio.run(measure(args.runs, args.workers, args.rate, tmp))
+    if any("failed" in r for r in results):
+        print(f"evidence of the failed runs (worker logs, metrics) kept in {tmp}", flush=True)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     tuning = Settings(broker_kind="kafka")
-    command = "python bench/failover_bench.py" + "".join(
+    command = "python -m bench.failover_bench" + "".join(
         f" --{k} {v:g}" if isinstance(v, float) else f" --{k} {v}"
         for k, v, d in (
             ("runs", args.runs, 5),

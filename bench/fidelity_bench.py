@@ -13,8 +13,8 @@ id, and its order of check-ins is set by wall-clock timing), so comparing with o
 compares two samples of a random outcome; the mean over seeds is the simulator's
 expectation, the figure the pipeline's mean should match.
 
-    python bench/fidelity_bench.py                      # 3 runs per policy, about 12 minutes
-    python bench/fidelity_bench.py --repeats 1 --no-write
+    python -m bench.fidelity_bench                      # 3 runs per policy, about 12 minutes
+    python -m bench.fidelity_bench --repeats 1 --no-write
 
 `--workers 1,2` runs the pipeline per worker count (one decider, the others hot standbys).
 Writes docs/results/bench/fidelity.json and the block of docs/results/fidelity.md.
@@ -37,13 +37,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from bench.common import git_commit, preamble, write_block
+from devtools.stack.demo import DemoConfig, run_demo
 from services.devices.fleet import synthetic_source
-from venn.report.provenance import git_commit
-from venn.report.results_page import write_block
 from venn.settings import GatewaySettings
 from venn.sim.engine import SimConfig, Simulation
 from venn.sim.runner import tier_model
-from venn.stack.demo import DemoConfig, run_demo
 from venn.traces.checkins import CheckinBatch, CheckinSource
 from venn.traces.devices import load_device_profiles
 
@@ -96,7 +95,7 @@ def simulate(
 def markdown(meta: dict, args: argparse.Namespace, rows: dict) -> str:
     lines = [
         f"Run {meta['date']} (commit {meta['commit']}, {os.cpu_count()} cores): "
-        f"`python bench/fidelity_bench.py --repeats {args.repeats} --sim-seeds {args.sim_seeds}`"
+        f"`python -m bench.fidelity_bench --repeats {args.repeats} --sim-seeds {args.sim_seeds}`"
         f" ({meta['wall_s']:.0f} s). {args.jobs} demo jobs, synthetic trace at {args.rate} "
         f"check-ins per trace second, arrival gaps x{args.arrival_scale}, speed-up "
         f"{args.speedup:g}; one Apache Kafka node; average JCT in trace seconds.",
@@ -131,6 +130,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
+    preamble("fidelity_bench")
     keyed = bool(args.workers)
     counts = [int(w) for w in args.workers.split(",")] if args.workers else [1]
     rows = {}

@@ -2,7 +2,7 @@
 grown from 10 thousand to 10 million devices (goal: the scheduler's CPU per second within
 1.5x from the smallest to the largest; only the gateways grow with the fleet).
 
-One real scheduler worker (`services.scheduler.process.start_worker`) on an embedded
+One real scheduler worker (a `devtools.stack.Stack` of its own) on an embedded
 Apache Kafka broker; its CPU is read from /proc/<pid>/stat over each window. The fleet is
 emulated at the gateways, since 10 million devices' HTTP cannot run on one machine:
 G = ceil(R / --per-gateway) emulated gateways for a check-in rate R = devices x share /
@@ -26,7 +26,7 @@ two smallest sizes for contrast.
 Writes docs/results/bench/fleet.json and the table of docs/results/fleet.md (between its
 markers).
 
-    python bench/fleet_bench.py [--window 20] [--warmup 8] [--baseline] [--no-write]
+    python -m bench.fleet_bench [--window 20] [--warmup 8] [--baseline] [--no-write]
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import os
 import platform
 import random
 import resource
-import sys
 import tempfile
 import time
 import timeit
@@ -52,25 +51,24 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import git_commit, preamble, write_block
+from devtools.brokers import local_broker
+from devtools.procs import proc_cpu_s
+from devtools.stack.local import Stack
+from devtools.stack.processes import settled_decider, worker_metric
+from services.gateway.app import Gateway
+from services.gateway.batcher import CheckinBatcher
+from services.gateway.demand import DemandView
+from services.gateway.forwarding import ForwardQuota, SupplyCounter, Verdict
+from services.gateway.models import CheckinRequest
+from venn import events as ev
+from venn.broker import topics
+from venn.broker.prepare import prepare_topics
+from venn.core.model import Requirement
+from venn.core.status import SchedulerStatus, decode_status
+from venn.settings import Settings
 
-from services.gateway.app import Gateway  # noqa: E402
-from services.gateway.batcher import CheckinBatcher  # noqa: E402
-from services.gateway.demand import DemandView  # noqa: E402
-from services.gateway.forwarding import ForwardQuota, SupplyCounter, Verdict  # noqa: E402
-from services.gateway.models import CheckinRequest  # noqa: E402
-from services.scheduler.process import start_worker, stop_worker  # noqa: E402
-from venn import events as ev  # noqa: E402
-from venn.broker import topics  # noqa: E402
-from venn.broker.local import local_broker  # noqa: E402
-from venn.broker.process import free_port  # noqa: E402
-from venn.core.model import Requirement  # noqa: E402
-from venn.core.status import SchedulerStatus, decode_status  # noqa: E402
-from venn.report.provenance import git_commit  # noqa: E402
-from venn.report.results_page import write_block  # noqa: E402
-from venn.settings import Settings  # noqa: E402
-from venn.stack.processes import settled_decider, worker_metric  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "fleet.json"
 DOC = ROOT / "docs" / "results" / "fleet.md"
@@ -119,13 +117,6 @@ def gateways_for(rate: float, per_gateway: float) -> int:
     if per_gateway <= 0:
         raise ValueError("per_gateway must be > 0")
     return max(1, math.ceil(rate / per_gateway))
-
-
-def proc_cpu_s(stat: str, ticks_per_s: int) -> float:
-    """User + system CPU seconds from the text of /proc/<pid>/stat (fields 14 and 15; the
-    command name, field 2, may hold spaces and parentheses, hence the split at its end)."""
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / ticks_per_s
 
 
 def spread(total: int, cells: int, rng: random.Random) -> list[int]:
@@ -311,13 +302,13 @@ class Emulation:
         if isinstance(event, ev.CheckinsDeclined):
             for gw in self.gateways:
                 if gw.id == event.reply_to:
-                    gw._on_declined(event)
+                    gw.on_declined(event)
             return
         for a in ev.assignments_of(event):
             cid = a.event_id[4:].split(":", 1)[0]
             for gw in self.gateways:
                 if cid in gw.pending:
-                    gw._on_assignment(a)
+                    gw.on_assignment(a)
         self.view.apply(event)
 
     def open(self, count: int, fast_no: bool, shared: bool, lump: int | None = None) -> None:
@@ -336,7 +327,7 @@ class Emulation:
             if not shared:
                 gw.status.on_update = None
             elif self.last_status is not None:
-                gw._on_status(self.last_status)
+                gw.on_status(self.last_status)
             gw.view = self.view
             gw.view_ready = True
             gw.broker.grace_s = math.inf  # the shared clients carry on; no probe per gateway
@@ -356,7 +347,7 @@ class Emulation:
     async def _report(self, gw: Gateway, phase: float) -> None:
         await asyncio.sleep(phase * gw.config.supply_report_s)
         gw.supply.since = time.time()
-        await gw._report_supply()
+        await gw.report_supply()
 
     def retire(self) -> None:
         for task in self.reports:
@@ -544,9 +535,12 @@ async def measure_size(
 
 @dataclass
 class Worker:
+    """The scheduler's one worker: its stack (`devtools.stack.Stack`, no gateway, no
+    recorder), its process and its web port (/metrics)."""
+
+    stack: Stack
     process: Any
     port: int
-    """Its web port (/metrics)."""
 
     @property
     def pid(self) -> int:
@@ -560,36 +554,35 @@ class Worker:
         )
 
 
-async def start_deciding(env: dict[str, str], run_dir: Path) -> Worker:
-    """A scheduler worker started with ``env``, once it decides."""
-    port = free_port()
-    env = {**env, "VENN_SCHEDULER_WEB_PORT": str(port)}
-    with open(run_dir / "worker.log", "ab") as log:
-        worker = start_worker(env, log)
+async def start_deciding(settings: Settings, env: dict[str, str]) -> Worker:
+    """The scheduler's worker with ``env`` on top of ``settings`` (the same app id each
+    time: it resumes from what the last one committed), once it decides."""
+    stack = Stack(settings, recorder=False, gateway=False, secure=False, extra_env=env)
+    await asyncio.to_thread(stack.up)
+    port = stack.worker_ports["scheduler"]
     deadline = time.monotonic() + 120
     while await asyncio.to_thread(settled_decider, {"w": port}) is None:
         if time.monotonic() > deadline:
             raise RuntimeError("the scheduler worker did not start deciding in 120 s")
         await asyncio.sleep(0.5)
-    return Worker(worker, port)
+    return Worker(stack, stack.processes["scheduler"], port)
 
 
 async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     broker = local_broker("kafka", run_dir / "broker").start()
     app_id = f"venn-fleet-{os.urandom(4).hex()}"
-    settings = Settings(broker=broker.bootstrap, app_id=app_id, topic_partitions=PARTITIONS)
+    settings = Settings(
+        broker=broker.bootstrap,
+        broker_kind="external",
+        broker_tuning="kafka",
+        run_dir=str(run_dir / "run"),
+        app_id=app_id,
+        topic_partitions=PARTITIONS,
+    )
     worker: Worker | None = None
     try:
-        counts = await topics.prepare_topics(settings)
-        env = {
-            "VENN_BROKER": broker.bootstrap,
-            "VENN_BROKER_KIND": "kafka",
-            "VENN_APP_ID": app_id,
-            "VENN_TOPIC_PARTITIONS": str(PARTITIONS),
-            "VENN_RUN_DIR": str(run_dir),
-            "VENN_POLICY": "venn",
-        }
-        worker = await start_deciding(env, run_dir)
+        counts = await prepare_topics(settings)
+        worker = await start_deciding(settings, {})
         worker_env: dict[str, str] = {}
         emu = Emulation(settings, counts[topics.CHECKINS])
         await emu.start()
@@ -620,9 +613,9 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
                 plan += [(d, ALONE) for d in args.fleets]
             for devices, design in plan:
                 if WORKER_ENV.get(design, {}) != worker_env:
-                    await asyncio.to_thread(stop_worker, worker.process, 10.0)
+                    await asyncio.to_thread(worker.stack.down)
                     worker_env = WORKER_ENV.get(design, {})
-                    worker = await start_deciding({**env, **worker_env}, run_dir)
+                    worker = await start_deciding(settings, worker_env)
                     await asyncio.sleep(3)
                 rows.append(
                     await measure_size(
@@ -643,7 +636,7 @@ async def measure(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
         }
     finally:
         if worker is not None:
-            await asyncio.to_thread(stop_worker, worker.process, 10.0)
+            await asyncio.to_thread(worker.stack.down)
         broker.stop()
 
 
@@ -758,7 +751,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], timing: dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/fleet_bench.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.fleet_bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--fleets", type=int, nargs="+", default=list(FLEETS))
     p.add_argument("--window", type=float, default=20.0, help="seconds measured per size")
@@ -781,11 +774,12 @@ def main(argv: list[str] | None = None) -> int:
                    "gathering)")  # fmt: skip
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
+    preamble("fleet_bench")
     started = time.time()
     timing = gateway_decision_us()
     with tempfile.TemporaryDirectory(prefix="venn-fleet-") as tmp:
         out = asyncio.run(measure(args, Path(tmp)))
-    command = "python bench/fleet_bench.py" + "".join(
+    command = "python -m bench.fleet_bench" + "".join(
         f" --{k} {v}" for k, v, d in (("window", args.window, 20.0), ("warmup", args.warmup, 8.0))
         if v != d
     ) + (" --baseline" if args.baseline else "") + (

@@ -1,8 +1,8 @@
 """Gateway benchmark: today's gateway against the baseline gateway (bf30edb), in one run.
 
-    .venv/bin/python bench/gateway_bench.py              # about 8 minutes
-    .venv/bin/python bench/gateway_bench.py --quick      # one repeat, shorter steps
-    .venv/bin/python bench/gateway_bench.py --no-write   # print, publish nothing
+    .venv/bin/python -m bench.gateway_bench              # about 8 minutes
+    .venv/bin/python -m bench.gateway_bench --quick      # one repeat, shorter steps
+    .venv/bin/python -m bench.gateway_bench --no-write   # print, publish nothing
 
 The baseline is the gateway before issue 21 item 3 (commit bf30edb: every token verified
 per request, the gateway in one module, Assignment v1), exported with `git archive` into
@@ -56,18 +56,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.common import git_commit, preamble, write_block
+from bench.gateway_load import (
+    Step,
+    gateway_histogram,
+    gateway_step,
+    gateway_sweep,
+    idle_cpu,
+    profile_summary,
+    settle,
+)
 
-import gateway_bound_bench as gbb  # noqa: E402
-import pipeline_bench as pb  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "gateway.json"
 DOC = ROOT / "docs" / "results" / "gateway.md"
-MARK_BEGIN = "<!-- bench:gateway begin -->"
-MARK_END = "<!-- bench:gateway end -->"
 BASELINE = "bf30edb"
 FLEET = 2000
 """Devices of the answered-at-once fleet: at 500 check-ins/s each checks in every 4 s."""
@@ -104,7 +108,7 @@ class UpStack:
     gateway steps ask of a stack (url, pids, health, scheduler metrics, publish_jobs)."""
 
     def __init__(self, tree: Path, run_dir: Path) -> None:
-        from venn.broker.process import free_port
+        from venn.net import free_port
 
         self.tree = tree
         self.run_dir = run_dir
@@ -136,9 +140,9 @@ class UpStack:
         return done.stdout
 
     def up(self) -> None:
-        from venn.broker.local import read_detached
-        from venn.stack.local import stack_ports
-        from venn.stack.processes import running_services
+        from devtools.brokers import read_detached
+        from devtools.stack.processes import running_services
+        from venn.settings import stack_ports
 
         self._venn("up")
         services = running_services(self.run_dir)
@@ -228,8 +232,8 @@ class UpStack:
 
     def profile_gateway(self, out: Path) -> None:
         """Restart the gateway under pyinstrument, with the environment `venn up` gave it."""
-        from venn.broker.process import wait_listening
-        from venn.stack.processes import stop_pid
+        from devtools.stack.processes import stop_pid
+        from venn.net import wait_listening
 
         assert self.gateway is not None
         pid = self.gateway.pid
@@ -288,7 +292,7 @@ class FloorStack:
     """The bare server of `serve_floor` in its own process, as a stack for gateway_step."""
 
     def __init__(self) -> None:
-        from venn.broker.process import free_port
+        from venn.net import free_port
 
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -301,9 +305,9 @@ class FloorStack:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> FloorStack:
-        from venn.broker.process import wait_listening
+        from venn.net import wait_listening
 
-        command = [sys.executable, str(Path(__file__).resolve()), "floor", str(self.port)]
+        command = [sys.executable, "-m", "bench.gateway_bench", "floor", str(self.port)]
         self.proc = subprocess.Popen(command, cwd=ROOT)
         self.gateway = Proc(self.proc.pid)
         if not wait_listening("127.0.0.1", self.port, 30.0):
@@ -319,7 +323,7 @@ class FloorStack:
 async def measure_floor(plan: Plan, workdir: Path) -> dict[str, Any]:
     with FloorStack() as floor:
         fleet = UpStack.fleet_file(f"floor-{uuid.uuid4().hex[:6]}", FLEET, "", workdir)
-        step = await pb.gateway_step(floor, "instant", plan.cpu_rate, plan.cpu_s, plan.demand,
+        step = await gateway_step(floor, "instant", plan.cpu_rate, plan.cpu_s, plan.demand,
                                      None, fleet)  # fmt: skip
     print(f"  aiohttp floor {plan.cpu_rate:.0f}/s: cpu µs/request "
           f"{step.cpu_us_per_request['gateway']}", flush=True)  # fmt: skip
@@ -349,40 +353,40 @@ def over_bound(before: dict[str, Any], after: dict[str, Any]) -> int:
 async def measure(stack: UpStack, plan: Plan, workdir: Path) -> dict[str, Any]:
     """One stack: CPU per check-in on both paths, the sweep, answers past the bound."""
     pid = stack.broker_pid
-    await pb.settle(stack, pid)
-    idle = await pb.idle_cpu(stack, pid, IDLE_S)
-    bound0 = await asyncio.to_thread(gbb.gateway_histogram, stack.url)
+    await settle(stack, pid)
+    idle = await idle_cpu(stack, pid, IDLE_S)
+    bound0 = await asyncio.to_thread(gateway_histogram, stack.url)
     tag = uuid.uuid4().hex[:6]
     fleet = stack.fleet(f"fleet-{tag}", FLEET, workdir / f"fleet-{tag}.json")
     # One pass of the fleet first: the gateway's first sight of each token is not the
     # steady state of a fleet that checks in again and again.
-    warm = await pb.gateway_step(
+    warm = await gateway_step(
         stack, "instant", plan.cpu_rate, FLEET / plan.cpu_rate, plan.demand, pid, fleet
     )
-    await pb.settle(stack, pid)
-    instant = await pb.gateway_step(
+    await settle(stack, pid)
+    instant = await gateway_step(
         stack, "instant", plan.cpu_rate, plan.cpu_s, plan.demand, pid, fleet
     )
     print(f"  instant {plan.cpu_rate:.0f}/s: cpu µs/check-in {instant.cpu_us_per_request}, "
           f"p99 {instant.result['p99_ms']} ms", flush=True)  # fmt: skip
     n = int(plan.assigned_rate * plan.assigned_s)
     devices = stack.fleet(f"asg-{tag}", n, workdir / f"asg-{tag}.json")
-    await pb.settle(stack, pid)
-    await pb.gateway_step(stack, "instant", plan.cpu_rate, n / plan.cpu_rate, plan.demand, pid,
+    await settle(stack, pid)
+    await gateway_step(stack, "instant", plan.cpu_rate, n / plan.cpu_rate, plan.demand, pid,
                           devices)  # fmt: skip
-    await pb.settle(stack, pid)
-    assigned = await pb.gateway_step(
+    await settle(stack, pid)
+    assigned = await gateway_step(
         stack, "assigned", plan.assigned_rate, plan.assigned_s, plan.demand, pid, devices
     )
     print(f"  assigned {plan.assigned_rate:.0f}/s: cpu µs/check-in "
           f"{assigned.cpu_us_per_request}, {assigned.result['reasons']}, p99 "
           f"{assigned.result['p99_ms']} ms", flush=True)  # fmt: skip
-    sweep = await pb.gateway_sweep(
+    sweep = await gateway_sweep(
         stack, "instant", list(plan.sweep_rates), plan.step_s, plan.demand, pid,
         plan.half_repeats,
         fleet_file=fleet,
     )  # fmt: skip
-    bound1 = await asyncio.to_thread(gbb.gateway_histogram, stack.url)
+    bound1 = await asyncio.to_thread(gateway_histogram, stack.url)
     health = await asyncio.to_thread(stack.gateway_health)
     steps = [warm.row(), instant.row(), assigned.row(), *sweep["steps"]]
     if sweep["half_saturation"]:
@@ -403,7 +407,7 @@ async def measure(stack: UpStack, plan: Plan, workdir: Path) -> dict[str, Any]:
     }
 
 
-def net_us(step: pb.Step, idle: dict[str, float]) -> dict[str, float]:
+def net_us(step: Step, idle: dict[str, float]) -> dict[str, float]:
     """CPU µs per check-in less what each process spends idle over the same window (its
     consumers' fetches, timers, reports): the cost the check-ins add."""
     answered = max(1, step.result["answered"])
@@ -432,10 +436,10 @@ async def profile_current(plan: Plan, workdir: Path) -> dict[str, Any]:
                 n = int(plan.assigned_rate * plan.assigned_s)
                 rate, seconds = plan.assigned_rate, plan.assigned_s
             fleet = stack.fleet(f"p-{tag}", n, workdir / f"p-{tag}.json")
-            await pb.gateway_step(stack, "instant", plan.cpu_rate / 2, n / (plan.cpu_rate / 2),
+            await gateway_step(stack, "instant", plan.cpu_rate / 2, n / (plan.cpu_rate / 2),
                                   plan.demand, None, fleet)  # fmt: skip
-            await pb.settle(stack, stack.broker_pid)
-            step = await pb.gateway_step(
+            await settle(stack, stack.broker_pid)
+            step = await gateway_step(
                 stack, mode, rate, seconds, plan.demand, stack.broker_pid, fleet
             )
             await asyncio.to_thread(stack.stop_profiled)
@@ -445,7 +449,7 @@ async def profile_current(plan: Plan, workdir: Path) -> dict[str, Any]:
             "rate": rate,
             "answered": step.result["answered"],
             "reasons": step.result["reasons"],
-            "profile": pb.profile_summary(session, top=10),
+            "profile": profile_summary(session, top=10),
         }
         print(f"  profile {mode}: {json.dumps(out[mode]['profile'])}", flush=True)
     return out
@@ -614,13 +618,6 @@ def report_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(markdown: str) -> None:
-    text = DOC.read_text()
-    head, rest = text.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    DOC.write_text(f"{head}{MARK_BEGIN}\n{markdown}\n{MARK_END}{tail}")
-
-
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -632,7 +629,7 @@ async def run_bench(
     meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "commit": pb.git_commit(),
+        "commit": git_commit(),
         "command": command,
         "plan": asdict(plan),
         "load_before": load(),
@@ -684,13 +681,11 @@ async def run_bench(
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["loadgen"]:
-        return pb.loadgen_main(argv[1:])
     if argv[:1] == ["floor"]:
         serve_floor(int(argv[1]))
         return 0
     parser = argparse.ArgumentParser(
-        prog="bench/gateway_bench.py",
+        prog="python -m bench.gateway_bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -702,16 +697,18 @@ def main(argv: list[str] | None = None) -> int:
         "--also", action="append", metavar="REV", help="one more tree to run (a commit)"
     )
     args = parser.parse_args(argv)
+    preamble("gateway_bench")
     plan = QUICK if args.quick else FULL
     if args.repeats:
         plan = Plan(**{**asdict(plan), "repeats": args.repeats})
-    command = "python bench/gateway_bench.py " + " ".join(argv)
+    command = "python -m bench.gateway_bench " + " ".join(argv)
     result = asyncio.run(run_bench(plan, not args.no_profile, command.strip(), args.also))
     print(json.dumps(result["summary"], indent=1))
     if not args.no_write:
         JSON_OUT.parent.mkdir(parents=True, exist_ok=True)
         JSON_OUT.write_text(json.dumps(result, indent=1) + "\n")
-        write_doc(report_markdown(result))
+        title = "The gateway against the baseline gateway: latest run (generated)"
+        write_block(DOC, "gateway", report_markdown(result), title)
         print(f"wrote {JSON_OUT.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
     return 0
 

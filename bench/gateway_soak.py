@@ -1,15 +1,16 @@
 """Does the gateway's memory grow with every flood of check-ins (a leak), or stop at a
 high-water mark? (issue 26, item 10: RSS 69 -> 124 MB over three floods, and it stayed.)
 
-    .venv/bin/python bench/gateway_soak.py                # 6 floods of 20 s, about 3 minutes
-    .venv/bin/python bench/gateway_soak.py --floods 10 --flood-s 30
+    .venv/bin/python -m bench.gateway_soak                # 6 floods of 20 s, about 3 minutes
+    .venv/bin/python -m bench.gateway_soak --floods 10 --flood-s 30
 
-One Apache Kafka broker and one gateway process (`python -m services.gateway`, no
-scheduler: every check-in is answered "no_open_round" at once and produced to
-venn.checkins, the path of a flood). Each flood sends check-ins from `--concurrency`
-connections for `--flood-s` seconds, each from a device id not seen before (the gateway
-remembers the ids of check-ins it answered: `LATE_MEMORY`); then the gateway idles
-`--idle-s`. The gateway's RSS (VmRSS of /proc) is sampled after each flood and each idle.
+A stack of its own (`devtools.stack.Stack`: one Apache Kafka broker, a scheduler worker
+and one gateway process, `python -m services.gateway`), with no job: every check-in is
+answered "no_open_round" at once and counted as supply, the path of a flood. Each flood
+sends check-ins from `--concurrency` connections for `--flood-s` seconds, each from a
+device id not seen before (the gateway remembers the ids of check-ins it answered:
+`LATE_MEMORY`); then the gateway idles `--idle-s`. The gateway's RSS (VmRSS of /proc) is
+sampled after each flood and each idle.
 Prints one JSON line per flood and writes docs/results/bench/gateway_soak.json.
 """
 
@@ -18,9 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,12 +26,12 @@ from typing import Any
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.common import preamble
+from devtools.stack.local import Stack
+from venn.net import free_port
+from venn.settings import GatewaySettings, Settings
 
-from venn.broker.local import local_broker  # noqa: E402
-from venn.broker.process import free_port  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "gateway_soak.json"
 
@@ -86,17 +84,15 @@ async def flood(
 
 
 async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    broker = local_broker("kafka", workdir / "broker").start()
-    port = free_port()
-    env = {**os.environ, "VENN_BROKER": broker.bootstrap, "VENN_GATEWAY_PORT": str(port),
-           "VENN_RUN_DIR": str(workdir), "PYTHONPATH": str(ROOT),
-           "VENN_AUTH_SECRET": ""}  # fmt: skip
-    log = open(workdir / "gateway.log", "wb")  # noqa: SIM115 (closed below)
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "services.gateway", "--log-level", "WARNING"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    # A stack of its own (Apache Kafka, no jobs: every check-in is answered at once), no
+    # authentication: the gateway's memory, not its tokens, is what is measured.
+    settings = Settings(
+        broker_kind="kafka", run_dir=str(workdir), gateway=GatewaySettings(port=free_port())
+    )
+    stack = Stack(settings, recorder=False, secure=False)
+    await asyncio.to_thread(stack.up)
+    gateway = stack.processes["gateway"]
+    url = stack.url
     rows: list[dict[str, Any]] = []
     try:
         connector = aiohttp.TCPConnector(limit=args.concurrency)
@@ -124,14 +120,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
-        gateway.terminate()
-        try:
-            gateway.wait(15)
-        except subprocess.TimeoutExpired:
-            gateway.kill()
-            gateway.wait()
-        log.close()
-        broker.stop()
+        await asyncio.to_thread(stack.down)
     return {"started_rss_mb": round(idle_rss, 1), "floods": rows, "options": vars(args)}
 
 
@@ -143,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    preamble("gateway_soak")
     with tempfile.TemporaryDirectory(prefix="venn-soak-") as tmp:
         result = asyncio.run(soak(args, Path(tmp)))
     if not args.no_write:

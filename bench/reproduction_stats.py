@@ -2,7 +2,7 @@
 JSON (no simulation): per workload the job mix and its demand on the fleet, and per
 policy the unfinished jobs, failed rounds and wasted work behind its mean JCT.
 
-    python bench/reproduction_stats.py [--out docs]
+    python -m bench.reproduction_stats [--out docs]
 
 Reads ``<out>/reproduction.json`` (and ``<out>/fairness.json`` when present).
 """
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bench.common import preamble
 
 DAY_S = 86_400.0
 
@@ -155,6 +157,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--supply", action="store_true", help="also the trace's tier shares")
     args = parser.parse_args()
+    preamble("reproduction_stats")
     if args.supply:
         print("\n".join(supply_lines()))
     data = json.loads((args.out / "reproduction.json").read_text())

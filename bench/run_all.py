@@ -1,8 +1,8 @@
 """`make bench`: run the quick benchmarks, and list the long ones with their commands.
 
-    .venv/bin/python bench/run_all.py            # the quick ones (in process, no broker)
-    .venv/bin/python bench/run_all.py --write    # the same, writing docs/results/bench/*.json
-    .venv/bin/python bench/run_all.py --list     # every benchmark and its command, nothing run
+    .venv/bin/python -m bench.run_all            # the quick ones (in process, no broker)
+    .venv/bin/python -m bench.run_all --write    # the same, writing docs/results/bench/*.json
+    .venv/bin/python -m bench.run_all --list     # every benchmark and its command, nothing run
 
 The quick ones run in this machine's process pool with reduced counts and, unless --write,
 publish nothing: their tables are printed to compare with a baseline measured in the same
@@ -31,6 +31,11 @@ class Bench:
     quick_args: tuple[str, ...] | None
     """Arguments of the quick run (printing only); None: a long benchmark, listed only."""
     takes: str
+
+    @property
+    def module(self) -> str:
+        """What runs it from the checkout: ``python -m <module>``."""
+        return f"bench.{self.script.removesuffix('.py')}"
 
 
 BENCHES = (
@@ -68,30 +73,33 @@ BENCHES = (
           "per Table 1 workload", None, "about 3 minutes"),
     Bench("tenants_bench.py", "tenant shares of the devices against their weights, and the "
           "average JCT against tenant-blind venn (simulator)", None, "about 3 minutes"),
+    Bench("pace_bench.py", "pace steering in the simulator: venn's average JCT and check-ins, "
+          "flat 30 s retry_after against the steered pace, per Table 1 workload", None,
+          "hours at x0.1 (event mode)"),
     Bench("bound_slot_bench.py", "the optimality bound's LP against its slot length", None,
           "up to an hour"),
-    Bench("flower_bench.py", "three Flower runs on eight SuperNodes: Venn against Flower "
-          "alone", None, "about 20 minutes"),
+    Bench("flower_bench.py", "four staggered Flower runs on sixteen SuperNodes: Venn against "
+          "Flower alone", None, "about 30 minutes a repeat (--overhead: 9)"),
 )  # fmt: skip
 
 
 def command(bench: Bench, write: bool = False) -> list[str]:
     """The quick run's command (with --write, without its --no-write)."""
     args = [a for a in bench.quick_args or () if not (write and a == "--no-write")]
-    return [sys.executable, str(ROOT / "bench" / bench.script), *args]
+    return [sys.executable, "-m", bench.module, *args]
 
 
 def listing() -> str:
     lines = ["Long benchmarks (run one at a time, on a quiet machine):"]
     for b in BENCHES:
         if b.quick_args is None:
-            lines.append(f"  python bench/{b.script:<24} {b.measures}; {b.takes}")
+            lines.append(f"  python -m {b.module:<30} {b.measures}; {b.takes}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="bench/run_all.py",
+        prog="python -m bench.run_all",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -102,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for b in BENCHES:
             if b.quick_args is not None:
-                print(f"quick: python bench/{b.script:<24} {b.measures}; {b.takes}")
+                line = " ".join(["python", *command(b, args.write)[1:]])
+                print(f"quick: {line}  ({b.measures}; {b.takes})")
     else:
         for b in BENCHES:
             if b.quick_args is None:

@@ -1,6 +1,6 @@
 """Memory of one scheduler worker's state, by jobs and by devices holding assignments.
 
-    .venv/bin/python bench/state_memory_bench.py [--no-write]
+    .venv/bin/python -m bench.state_memory_bench [--no-write]
 
 A `SchedulerState` (venn policy) on plain dicts standing in for the Faust tables, as the
 worker holds them with the memory store: the core, the jobs table (a row per job) and the
@@ -17,20 +17,18 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench.common import preamble
+from services.scheduler.state import SchedulerState
+from services.scheduler.store import MemoryStore
+from venn import events as ev
+from venn.settings import SchedulerSettings
 
-from services.scheduler.state import SchedulerState  # noqa: E402
-from services.scheduler.store import MemoryStore  # noqa: E402
-from venn import events as ev  # noqa: E402
-from venn.settings import SchedulerSettings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 JSON_OUT = ROOT / "docs" / "results" / "bench" / "state_memory.json"
 POINTS = ((100, 100), (1_000, 100), (1_000, 250))
@@ -40,8 +38,8 @@ BATCH = 128
 
 def fill(jobs: int, demand: int) -> dict[str, Any]:
     now = time.time()
-    jobs_table: dict[str, Any] = {}
-    rounds_table: dict[str, Any] = {}
+    jobs_table: dict[bytes, object] = {}
+    rounds_table: dict[bytes, object] = {}
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
@@ -54,13 +52,12 @@ def fill(jobs: int, demand: int) -> dict[str, Any]:
                 event_id=f"reg-{job_id}", time=now, job_id=job_id, requirement={"ram": 1.0},
                 demand=demand, rounds=10, deadline_s=600, workload_s=60,
             ),
-            j % 12, now,
+            now,
         )  # fmt: skip
         state.on_job_event(
             ev.RoundRequested(
                 event_id=f"rr-{job_id}", time=now, job_id=job_id, round_index=0, demand=demand
             ),
-            j % 12,
             now,
         )
     after_jobs = tracemalloc.get_traced_memory()[0]
@@ -79,7 +76,6 @@ def fill(jobs: int, demand: int) -> dict[str, Any]:
         outs = state.on_checkin_batch(batch, now)
         for out in outs:
             if isinstance(out, ev.AssignmentBatch):
-                state.on_assignment(out, 0, now)
                 assigned += len(out.assignments)
         if device > 4 * jobs * demand:
             raise RuntimeError(f"only {assigned} of {jobs * demand} slots filled")
@@ -102,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    preamble("state_memory_bench")
     rows = [fill(jobs, demand) for jobs, demand in POINTS]
     print("| jobs | D | devices holding an assignment | check-ins | heap MB (jobs only) "
           "| bytes per job | bytes per held device |")  # fmt: skip
@@ -116,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         f"for {target['active_assignments'] / base['active_assignments']:.0f}x the assignments"
     )
     if not args.no_write:
-        JSON_OUT.write_text(json.dumps({"command": "python bench/state_memory_bench.py",
+        JSON_OUT.write_text(json.dumps({"command": "python -m bench.state_memory_bench",
                                         "rows": rows}, indent=1) + "\n")  # fmt: skip
     return 0
 

@@ -12,7 +12,7 @@ for, that is its weight over the sum of weights; the page shows both). Time is c
 bins for the plot and the per-bin figure. Writes docs/results/tenants.md (between its
 markers), docs/results/tenants.png and docs/results/bench/tenants.json.
 
-    python bench/tenants_bench.py --workload even --weights 3 2 1
+    python -m bench.tenants_bench --workload even --weights 3 2 1
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from venn.core.tenants import TenantConfig, TenantShare
-from venn.report.provenance import git_commit
+from bench.common import git_commit, preamble
+from venn.core.tenants import MIN_OWED, TenantConfig, TenantShare
 from venn.sim.engine import SimConfig, SimRun, Simulation
 from venn.sim.runner import DAY_S, horizon_of, scale_jobs, scaled_horizon, tier_model, trace_for
 from venn.traces.devices import load_device_profiles
@@ -42,6 +42,7 @@ PAGE = ROOT / "docs" / "results" / "tenants.md"
 PLOT = ROOT / "docs" / "results" / "tenants.png"
 BEGIN, END = "<!-- tenants:begin -->", "<!-- tenants:end -->"
 SHARE_GOAL = 0.10  # relative error of a tenant's share in contended bins
+STANDING_S = 3600.0  # how often the decayed standing is sampled
 JCT_GOAL = 0.05  # average JCT over tenant-blind venn
 
 
@@ -57,6 +58,22 @@ class ShareProbe(Simulation):
         # [bin, contender set (bit mask), tenant] -> devices assigned
         self.counts = np.zeros((0, 1 << n, n), dtype=np.int64)
         self._masks: tuple[int, np.ndarray] = (-1, np.zeros(0, dtype=np.int64))
+        # Every STANDING_S of simulated time: each tenant's decayed use over what it was
+        # owed (the standing the layer judges), for the tenants owed a device or more.
+        self.standing: list[dict[str, float]] = []
+        self._next_sample = STANDING_S
+
+    def sample_standing(self) -> None:
+        ledger = self.sched.ledger
+        while ledger is not None and self.now >= self._next_sample:
+            self._next_sample += STANDING_S
+            row = {
+                t: ledger.used.get(t, 0.0) / due - 1
+                for t, due in ledger.owed.items()
+                if due >= MIN_OWED
+            }
+            if len(row) > 1:
+                self.standing.append(row)
 
     def contenders(self) -> np.ndarray:
         """Per signature, the bit mask of the tenants with a waiting round eligible
@@ -73,6 +90,7 @@ class ShareProbe(Simulation):
         return self._masks[1]
 
     def _account(self, p: Any, stop: int, jobs: int) -> int:
+        self.sample_standing()
         mask = self.contenders()
         out, _, grouped = p.outputs(len(self._needed_a))
         sig_of = self.sched.index.signature_of_slot
@@ -99,7 +117,7 @@ def run(
     names: list[str],
     config: TenantConfig | None,
     bin_s: float,
-) -> tuple[SimRun, np.ndarray, float]:
+) -> tuple[SimRun, np.ndarray, float, list[dict[str, float]]]:
     wl = load_workload(workload, jobs=jobs)
     specs = sorted(scale_jobs(wl.jobs, scale, scale), key=lambda j: (j.arrival, j.job_id))
     specs = [dataclasses.replace(j, tenant=names[i % len(names)]) for i, j in enumerate(specs)]
@@ -109,7 +127,24 @@ def run(
     tiers = tier_model(trace_for(wl, "synthetic", wl.seed, DAY_S), cfg.num_tiers)
     sim = ShareProbe(specs, source, load_device_profiles(), cfg, tiers, names=names, bin_s=bin_s)
     result = sim.run()
-    return result, sim.counts, scaled_horizon(wl, scale)
+    return result, sim.counts, scaled_horizon(wl, scale), sim.standing
+
+
+def standing_summary(samples: list[dict[str, float]], names: list[str]) -> dict[str, Any]:
+    """The decayed standings sampled over a run: per tenant the median of its samples
+    and of their absolute value, and the share of samples with every tenant within
+    SHARE_GOAL of what it was owed."""
+    per = {t: [row[t] for row in samples if t in row] for t in names}
+    return {
+        "samples": len(samples),
+        "median": {t: float(np.median(v)) if v else math.nan for t, v in per.items()},
+        "median_abs": {t: float(np.median(np.abs(v))) if v else math.nan for t, v in per.items()},
+        "within_goal": float(
+            np.mean([max(abs(x) for x in row.values()) <= SHARE_GOAL for row in samples])
+        )
+        if samples
+        else math.nan,
+    }
 
 
 def jct(run: SimRun, horizon: float) -> dict[str, float]:
@@ -229,8 +264,14 @@ def page_block(result: dict[str, Any]) -> str:
         "",
         f"Workload `{result['workload']}`, {a['jobs']} jobs, rounds and arrival gaps "
         f"x{result['rounds_scale']:g}, tenants {', '.join(s['target'])} with weights "
-        f"{', '.join(f'{w:g}' for w in result['weights'])}, share window "
-        f"{result['window_s']:g} s, tolerance {result['tolerance']:g}. Contended devices "
+        f"{', '.join(f'{w:g}' for w in result['weights'])}, half-life of use "
+        f"{result['half_life_s']:g} s, "
+        + (
+            f"order keys times standing^{result['key_exponent']:g}"
+            if result["key_exponent"]
+            else f"bands, tolerance {result['tolerance']:g}"
+        )
+        + ". Contended devices "
         f"(eligible for more than one tenant's waiting round when assigned): "
         f"{s['contended_fraction']:.1%} of the devices assigned, "
         f"{s['all_contended_fraction']:.1%} wanted by every tenant.",
@@ -249,6 +290,18 @@ def page_block(result: dict[str, Any]) -> str:
             f"{s['total_share'][t]:.3f} | {blind['contended_share'][t]:.3f} "
             f"({blind['entitled_share'][t]:.3f}) |"
         )
+    st = result["tenants"]["standing"]
+    lines += [
+        "",
+        f"Decayed standing (use over what was owed, each decayed with the half-life; "
+        f"sampled every {STANDING_S:g} s while two or more tenants are owed a device): "
+        + ", ".join(
+            f"{t} median {st['median'][t]:+.1%} (median |error| {st['median_abs'][t]:.1%})"
+            for t in s["target"]
+        )
+        + f"; every tenant within {SHARE_GOAL:.0%} in {st['within_goal']:.0%} of "
+        f"{st['samples']} samples.",
+    ]
     lines += [
         "",
         f"Bins of {result['bin_s']:g} s with at least {result['min_bin']:,} contended devices: "
@@ -297,51 +350,164 @@ def write_page(block: str, suffix: str = "") -> None:
     PAGE.write_text(before + block + after)
 
 
+def sweep_block(rows: list[dict[str, Any]], blind: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The half-life sweep of one workload: JCT against tenant-blind, and shares."""
+    names = list(rows[0]["shares"]["target"])
+    lines = [
+        f"Generated by `{meta['command']}` (commit {meta['commit']}, {meta['date']}).",
+        "",
+        f"Workload `{meta['workload']}`, rounds and arrival gaps x{meta['rounds_scale']:g}, "
+        f"weights {' / '.join(f'{w:g}' for w in meta['weights'])}, "
+        + (
+            f"order keys times standing^{meta['key_exponent']:g}"
+            if meta["key_exponent"]
+            else f"bands, tolerance {meta['tolerance']:g}"
+        )
+        + f". Tenant-blind `venn`: {blind['finished']}/{blind['jobs']} "
+        f"finished, average JCT {blind['avg_jct_s']:,.0f} s (censored "
+        f"{blind['censored_avg_jct_s']:,.0f} s). *share error*: each tenant's share of the "
+        "contended devices over the whole run against its entitlement; *decayed "
+        "standing*: the share of hourly samples in which every tenant's decayed use is "
+        f"within {SHARE_GOAL:.0%} of what it was owed, and the largest median |error| of "
+        "a tenant.",
+        "",
+        "| half-life | finished | avg JCT s (finished) | vs blind | censored vs blind | "
+        + " | ".join(f"share error {t}" for t in names)
+        + " | decayed standing within 10% | largest median abs error | CPU s |",
+        "|---|---|---|---|---|" + "---|" * len(names) + "---|---|---|",
+    ]
+    for r in rows:
+        j, sh, st = r["jct"], r["shares"], r["standing"]
+        errors = " | ".join(f"{sh['contended_rel_error'][t]:+.1%}" for t in names)
+        worst = max(st["median_abs"].values())
+        lines.append(
+            f"| {_duration(r['half_life_s'])} | {j['finished']}/{j['jobs']} | "
+            f"{j['avg_jct_s']:,.0f} | {j['avg_jct_s'] / blind['avg_jct_s'] - 1:+.1%} | "
+            f"{j['censored_avg_jct_s'] / blind['censored_avg_jct_s'] - 1:+.1%} | {errors} | "
+            f"{st['within_goal']:.0%} | {worst:.1%} | {r['cpu_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("week", 604_800.0), ("day", 86_400.0), ("h", 3600.0)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}" + ("s" if n > 1 and unit != "h" else "")
+    return f"{seconds:g} s"
+
+
+def sweep(args: argparse.Namespace, names: list[str]) -> None:
+    """``--half-lives``: one tenant run per half-life against one tenant-blind run."""
+    weights = {t: TenantShare(w) for t, w in zip(names, args.weights, strict=True)}
+    t0 = time.process_time()
+    plain, _, horizon, _ = run(args.workload, args.jobs, args.rounds_scale, names, None, 1e9)
+    blind = jct(plain, horizon)
+    console = Console()
+    console.print("tenant-blind", blind, f"CPU {time.process_time() - t0:.1f} s")
+    rows = []
+    for h in args.half_lives:
+        cfg = TenantConfig(
+            weights, half_life_s=h, tolerance=args.tolerance, key_exponent=args.key_exponent
+        )
+        t0 = time.process_time()
+        r, counts, horizon, standing = run(
+            args.workload, args.jobs, args.rounds_scale, names, cfg, args.bin_s
+        )
+        row = {
+            "half_life_s": h,
+            "jct": jct(r, horizon),
+            "shares": shares(counts, names, args.weights, args.bin_s, args.min_bin),
+            "standing": standing_summary(standing, names),
+            "cpu_s": time.process_time() - t0,
+        }
+        rows.append(row)
+        console.print(
+            f"half-life {h:g} s:", row["jct"], row["shares"]["contended_rel_error"],
+            f"standing within goal {row['standing']['within_goal']:.0%}",
+        )  # fmt: skip
+    if args.no_write:
+        return
+    meta = {
+        "workload": args.workload,
+        "rounds_scale": args.rounds_scale,
+        "weights": args.weights,
+        "tolerance": args.tolerance,
+        "commit": git_commit(),
+        "date": time.strftime("%Y-%m-%d"),
+        "command": f"python -m bench.tenants_bench --workload {args.workload} --weights "
+        f"{' '.join(f'{w:g}' for w in args.weights)} --half-lives "
+        f"{' '.join(f'{h:g}' for h in args.half_lives)}"
+        + (f" --key-exponent {args.key_exponent:g}" if args.key_exponent else ""),
+        "key_exponent": args.key_exponent,
+    }
+    out = OUT.with_name(f"tenants-sweep-{args.workload}.json")
+    out.write_text(json.dumps({"meta": meta, "blind": blind, "rows": rows}, indent=1) + "\n")
+    block = BEGIN + "\n" + sweep_block(rows, blind, meta) + "\n" + END
+    write_page(block, f"-sweep-{args.workload}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="even")
     ap.add_argument("--jobs", type=int, default=50)
     ap.add_argument("--rounds-scale", type=float, default=0.1)
     ap.add_argument("--weights", type=float, nargs="+", default=[3.0, 2.0, 1.0])
-    ap.add_argument("--window-s", type=float, default=TenantConfig().window_s)
+    ap.add_argument("--half-life-s", type=float, default=TenantConfig().half_life_s)
     ap.add_argument("--tolerance", type=float, default=TenantConfig().tolerance)
+    ap.add_argument("--key-exponent", type=float, default=TenantConfig().key_exponent)
     ap.add_argument("--bin-s", type=float, default=6 * 3600.0)
     ap.add_argument("--min-bin", type=int, default=1000)
+    ap.add_argument(
+        "--half-lives",
+        type=float,
+        nargs="+",
+        help="instead: one run per half-life (seconds) against tenant-blind venn, "
+        "written as the workload's sweep on the page",
+    )
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    preamble("tenants_bench")
     names = [chr(ord("a") + i) for i in range(len(args.weights))]
+    if args.half_lives:
+        sweep(args, names)
+        return
     config = TenantConfig(
         {t: TenantShare(w) for t, w in zip(names, args.weights, strict=True)},
-        window_s=args.window_s,
+        half_life_s=args.half_life_s,
         tolerance=args.tolerance,
+        key_exponent=args.key_exponent,
     )
     # The blind run's shares: a layer that never bands (an infinite tolerance) decides
     # as no tenants at all (tests/pure/test_tenant_policy.py); its JCT is the plain run's.
-    blind_cfg = dataclasses.replace(config, tolerance=math.inf)
+    blind_cfg = dataclasses.replace(config, tolerance=math.inf, key_exponent=0.0)
     default = args.workload == "even" and args.weights == [3.0, 2.0, 1.0]
     suffix = "" if default else f"-{args.workload}"
     result: dict[str, Any] = {
         "workload": args.workload,
         "rounds_scale": args.rounds_scale,
         "weights": args.weights,
-        "window_s": args.window_s,
+        "half_life_s": args.half_life_s,
+        "key_exponent": args.key_exponent,
         "tolerance": args.tolerance,
         "bin_s": args.bin_s,
         "min_bin": args.min_bin,
         "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d"),
         "plot": f"tenants{suffix}.png",
-        "command": "python bench/tenants_bench.py --workload "
-        f"{args.workload} --weights {' '.join(f'{w:g}' for w in args.weights)}",
+        "command": "python -m bench.tenants_bench --workload "
+        f"{args.workload} --weights {' '.join(f'{w:g}' for w in args.weights)}"
+        + (f" --key-exponent {args.key_exponent:g}" if args.key_exponent else ""),
     }
     for key, cfg in (("tenants", config), ("blind", blind_cfg), ("plain", None)):
         t0 = time.process_time()
-        r, counts, horizon = run(
+        r, counts, horizon, standing = run(
             args.workload, args.jobs, args.rounds_scale, names, cfg, args.bin_s
         )
         result[key] = {"jct": jct(r, horizon), "cpu_s": time.process_time() - t0}
         if cfg is not None:
             result[key]["shares"] = shares(counts, names, args.weights, args.bin_s, args.min_bin)
+            result[key]["standing"] = standing_summary(standing, names)
     # The tenant-blind figures are the plain run's (no tenant layer at all).
     assert result["blind"]["jct"] == result["plain"]["jct"], "a non-banding layer changed decisions"
     table = Table("tenant", "entitled", "contended share", "rel. error", "blind share")

@@ -1,8 +1,8 @@
 """An embedded stack to load-test: broker, scheduler, gateway(s) and coordinators.
 
-`LoadStack` starts a private Tansu broker (or uses `broker=`), creates the topics, starts
-one scheduler worker and the gateway (`python -m services.gateway`, optionally several
-processes sharing the port), and runs coordinators in-process for one job per paper
+`LoadStack` starts a `devtools.stack.Stack` (a broker of its own, or the one of `broker=`;
+the topics; scheduler workers and the gateway, `python -m services.gateway`, optionally
+several processes sharing the port) and runs coordinators in-process for one job per paper
 requirement tier, each asking for round after round (demand `demand`, deadline
 `deadline_s`), so check-ins keep finding open rounds. Ready once a probe device has been
 assigned through the whole HTTP path.
@@ -17,10 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -28,29 +25,20 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import Any, Self
 
 from aiokafka import AIOKafkaProducer
 
+from devtools.stack.local import Stack
 from services.coordinator.runner import JobOutcome, run_coordinator
-from services.scheduler.process import stop_worker
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import security, topics
-from venn.broker.local import LocalBroker, local_broker, resolve_kind
-from venn.broker.process import free_port
 from venn.broker.publish import KafkaEvents, send_events
-from venn.broker.topics import prepare_topics
 from venn.core.model import JobSpec, Requirement
 from venn.fields import ROUNDS_MAX
-from venn.settings import (
-    GatewaySettings,
-    SchedulerSettings,
-    Settings,
-    run_dir_kafka_users,
-    run_dir_secret,
-)
-from venn.stack.local import wait_scheduler_ready
+from venn.net import free_port
+from venn.settings import GatewaySettings, SchedulerSettings, Settings
 from venn.traces.devices import load_device_profiles
 from venn.workloads.loader import tier_requirements
 
@@ -65,6 +53,8 @@ class StackConfig:
     have `partitions` partitions)."""
     broker_kind: str = "auto"
     """The kind of broker to start (kafka, tansu, auto), or the kind of `broker`."""
+    kafka_users: dict[str, str] | None = None
+    """The principals' passwords of a secured `broker` (admin included)."""
     broker_tuning: str = ""
     """Force a client profile (venn/broker/tuning.py); empty: the broker kind's."""
     partitions: int = 4
@@ -111,152 +101,131 @@ def probe_job(job_id: str, attr: str, demand: int) -> JobSpec:
 
 
 class LoadStack:
+    """The load test's stack: a `devtools.stack.Stack` (scheduler workers and a gateway,
+    attached, no recorder) and, in this process, coordinators or a probe job."""
+
     def __init__(self, config: StackConfig) -> None:
         self.config = config
         self.run_dir = config.run_dir
-        self.broker: LocalBroker | None = None
-        self.scheduler: subprocess.Popen[bytes] | None = None
-        """The first scheduler worker (the only one unless `workers` > 1)."""
-        self.schedulers: list[subprocess.Popen[bytes]] = []
-        self.gateway: subprocess.Popen[bytes] | None = None
-        self.gateway_port = free_port()
-        self.settings: Settings | None = None
+        self.stack: Stack | None = None
         self._stop = asyncio.Event()
         self._coordinator: asyncio.Task[dict[str, JobOutcome]] | None = None
-        self._logs: list[IO[bytes]] = []
-        self.scheduler_web_ports = [free_port() for _ in range(config.workers)]
-        self.scheduler_web_port = self.scheduler_web_ports[0]
         self.jobs: list[JobSpec] = []
 
     @property
+    def settings(self) -> Settings:
+        assert self.stack is not None, "not started"
+        return self.stack.settings
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.gateway_port}"
+        assert self.stack is not None, "not started"
+        return self.stack.url
 
     @property
     def bootstrap(self) -> str:
-        assert self.settings is not None
         return self.settings.broker
 
-    def env(self, role: str, web_port: int = 0) -> dict[str, str]:
-        """The environment of a service of ``role`` (a scheduler worker: on ``web_port``)."""
-        assert self.settings is not None
-        settings = self.settings.for_role(role)
-        if web_port:
-            settings = settings.with_scheduler(web_port=web_port)
-        return {**settings.as_env(), **self.config.gateway_env}
+    @property
+    def schedulers(self) -> list[subprocess.Popen[bytes]]:
+        assert self.stack is not None, "not started"
+        procs = self.stack.processes
+        return [procs[n] for n in sorted(self.stack.worker_ports, key=_worker_order)]
+
+    @property
+    def scheduler(self) -> subprocess.Popen[bytes]:
+        """The first scheduler worker (the only one unless `workers` > 1)."""
+        return self.schedulers[0]
+
+    @property
+    def gateway(self) -> subprocess.Popen[bytes]:
+        assert self.stack is not None, "not started"
+        return self.stack.processes["gateway"]
+
+    @property
+    def scheduler_web_ports(self) -> list[int]:
+        assert self.stack is not None, "not started"
+        ports = self.stack.worker_ports
+        return [ports[n] for n in sorted(ports, key=_worker_order)]
+
+    @property
+    def scheduler_web_port(self) -> int:
+        return self.scheduler_web_ports[0]
+
+    @property
+    def broker_pids(self) -> list[int]:
+        """The processes of the stack's own broker (none on a broker given)."""
+        assert self.stack is not None, "not started"
+        return self.stack.broker_pids()
 
     @property
     def admin_options(self) -> dict[str, Any]:
         """Kafka client options of the admin principal (none on an unsecured broker)."""
-        assert self.settings is not None
         return self.settings.for_role(security.ADMIN).kafka_options
 
     def enroll_token(self, ttl_s: float = 86400.0) -> str:
         """An enrol token of the secured stack ("" when it has no auth secret)."""
-        assert self.settings is not None
         if not self.settings.auth_enabled:
             return ""
         return Tokens(self.settings.auth_secret).issue("enroll", "loadtest", ttl_s=ttl_s)
 
-    def _log(self, name: str) -> IO[bytes]:
-        log = open(self.run_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
-        self._logs.append(log)
-        return log
-
     async def start(self) -> Self:
         cfg = self.config
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        bootstrap = cfg.broker
-        kind = resolve_kind(cfg.broker_kind)
-        users: dict[str, str] = {}
-        if cfg.secure and bootstrap is None and kind == "kafka":
-            users = run_dir_kafka_users(self.run_dir, security.PRINCIPALS, create=True)
-        if bootstrap is None:
-            self.broker = local_broker(kind, self.run_dir, users=users or None).start()
-            bootstrap = self.broker.bootstrap
-        self.settings = Settings(
-            broker=bootstrap,
-            broker_kind=kind,
-            broker_tuning=cfg.broker_tuning,
+        tuning = cfg.broker_tuning
+        if cfg.broker is not None and cfg.broker_kind in ("kafka", "tansu"):
+            tuning = tuning or cfg.broker_kind  # the profile of the broker given
+        settings = Settings(
+            broker=cfg.broker or Settings().broker,
+            broker_kind="external" if cfg.broker is not None else cfg.broker_kind,
+            broker_tuning=tuning,
             run_dir=str(self.run_dir),
             topic_partitions=cfg.partitions,
-            app_id=f"venn-scheduler-lt-{uuid.uuid4().hex[:6]}",
-            auth_secret=run_dir_secret(self.run_dir, create=True) if cfg.secure else "",
-            gateway=GatewaySettings(port=self.gateway_port, wait_s=cfg.wait_s),
+            app_id="venn-scheduler-lt",
+            gateway=GatewaySettings(port=free_port(), wait_s=cfg.wait_s),
             scheduler=SchedulerSettings(
                 policy=cfg.policy,
                 fetch_wait_ms=cfg.scheduler_fetch_wait_ms or 0,
             ),
         )
-        if users:
-            admin = security.Credentials(security.ADMIN, users[security.ADMIN])
-            await asyncio.to_thread(
-                security.apply_acls, bootstrap, admin, self.settings.app_id,
-                self.settings.recorder_group,
-            )  # fmt: skip
-        await prepare_topics(self.settings)
-        for i, port in enumerate(self.scheduler_web_ports):
-            self.schedulers.append(
-                self._spawn(
-                    "scheduler" if i == 0 else f"scheduler-{i + 1}",
-                    ["-m", "services.scheduler", "worker", "-l", "warn"],
-                    self.env("scheduler", port),
-                    new_session=False,
-                )
-            )
-        self.scheduler = self.schedulers[0]
-        self.gateway = self._spawn(
-            "gateway",
-            ["-m", "services.gateway", "--workers", str(cfg.gateway_workers)],
-            self.env("gateway"),
-            new_session=True,  # its worker children get the stop signal with it
+        self.stack = Stack(
+            settings,
+            workers=cfg.workers,
+            policy=cfg.policy,
+            recorder=False,
+            gateway_workers=cfg.gateway_workers,
+            secure=cfg.secure,
+            unique=True,
+            kafka_users=cfg.kafka_users,
+            extra_env=cfg.gateway_env,
+            profile_dir=cfg.profile_dir,
+            ready_timeout=cfg.ready_timeout_s,
         )
-        jobs = [
-            JobSpec(
-                f"lt-tier{tier}-{uuid.uuid4().hex[:4]}",
-                requirement,
-                demand=cfg.demand,
-                rounds=ROUNDS_MAX,
-                deadline=cfg.deadline_s,
-                workload_s=1.0,
-                tier=tier,
-            )
-            for tier, requirement in sorted(tier_requirements().items())
-        ]
-        if cfg.coordinators:
-            self.jobs = jobs
-            self._coordinator = asyncio.create_task(
-                run_coordinator(self.settings.for_role("coordinator"), jobs, 1.0, self._stop)
-            )
         try:
-            if cfg.workers > 1 and not await wait_scheduler_ready(
-                self.settings, cfg.ready_timeout_s, members=cfg.workers
-            ):
-                raise TimeoutError(f"no stable group of {cfg.workers} scheduler workers")
+            # Ready once the scheduler's group is stable with every worker and the gateway
+            # listens; then through the whole HTTP path (_wait_ready).
+            await asyncio.to_thread(self.stack.up)
+            jobs = [
+                JobSpec(
+                    f"lt-tier{tier}-{uuid.uuid4().hex[:4]}",
+                    requirement,
+                    demand=cfg.demand,
+                    rounds=ROUNDS_MAX,
+                    deadline=cfg.deadline_s,
+                    workload_s=1.0,
+                    tier=tier,
+                )
+                for tier, requirement in sorted(tier_requirements().items())
+            ]
+            if cfg.coordinators:
+                self.jobs = jobs
+                self._coordinator = asyncio.create_task(
+                    run_coordinator(self.settings.for_role("coordinator"), jobs, 1.0, self._stop)
+                )
             await self._wait_ready()
         except BaseException:
             await self.stop()
             raise
         return self
-
-    def _spawn(
-        self, name: str, args: list[str], env: dict[str, str], new_session: bool
-    ) -> subprocess.Popen[bytes]:
-        command = [sys.executable, *args]
-        if self.config.profile_dir is not None:
-            self.config.profile_dir.mkdir(parents=True, exist_ok=True)
-            out = self.config.profile_dir / f"{name}.pyisession"
-            command = [sys.executable, "-m", "pyinstrument", "-r", "session", "-o", str(out)]
-            command += args
-        return subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdin=subprocess.DEVNULL,
-            stdout=self._log(name),
-            stderr=subprocess.STDOUT,
-            start_new_session=new_session,
-        )
 
     async def _wait_ready(self) -> None:
         """Until a probe device (eligible everywhere) is assigned through the gateway."""
@@ -348,12 +317,8 @@ class LoadStack:
             await producer.stop()
 
     def _check_alive(self) -> None:
-        named = [(f"scheduler {i + 1}", p) for i, p in enumerate(self.schedulers)]
-        for name, proc in [*named, ("gateway", self.gateway)]:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(
-                    f"the {name} exited with {proc.returncode}; see {self.run_dir}/{name}.log"
-                )
+        assert self.stack is not None, "not started"
+        self.stack.check_alive()
 
     async def publish_jobs(self, jobs: list[JobSpec], finish: bool = False) -> None:
         """Register `jobs` and open their round 0 (or, with `finish`, finish them) directly
@@ -428,26 +393,8 @@ class LoadStack:
                 with contextlib.suppress(BaseException):
                     await self._coordinator
             self._coordinator = None
-        if self.gateway is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.gateway.pid, signal.SIGTERM)
-            try:
-                self.gateway.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.gateway.pid, signal.SIGKILL)
-                self.gateway.wait()
-            self.gateway = None
-        for proc in self.schedulers:
-            stop_worker(proc, timeout=10)
-        self.schedulers.clear()
-        self.scheduler = None
-        if self.broker is not None:
-            self.broker.stop()
-            self.broker = None
-        for log in self._logs:
-            log.close()
-        self._logs.clear()
+        if self.stack is not None:
+            await asyncio.to_thread(self.stack.down)
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -459,3 +406,8 @@ class LoadStack:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+def _worker_order(name: str) -> int:
+    """ "scheduler" first, then "scheduler-2", "scheduler-3", ..."""
+    return int(name.rpartition("-")[2]) if "-" in name else 1

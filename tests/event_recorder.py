@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from venn import events as ev
 from venn.broker.follow import stop_reader
 from venn.broker.stream import KafkaRecords, Record
+from venn.broker.topics import partitions_of
 
 WAIT_S = 20.0
 
@@ -62,12 +63,7 @@ class EventRecorder:
         )
         await consumer.start()
         self._consumer = consumer
-        await consumer._client.force_metadata_update()
-        parts = [
-            TopicPartition(t, p)
-            for t in self.topics
-            for p in sorted(consumer.partitions_for_topic(t) or ())
-        ]
+        parts = await partitions_of(self.bootstrap, self.topics)
         missing = set(self.topics) - {tp.topic for tp in parts}
         assert not missing, f"no such topics (create them first): {sorted(missing)}"
         consumer.assign(parts)

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from devtools.stack.demo import DemoResult
 from venn.audit.db import make_engine
 from venn.audit.models import RoundAudit
 from venn.broker import topics
@@ -20,10 +21,10 @@ from venn.events import (
     DeviceCheckin,
     DeviceResult,
     Event,
+    JobExpired,
     JobRegistered,
     RoundClosed,
 )
-from venn.stack.demo import DemoResult
 
 Captured = Mapping[str, list[Event]]
 
@@ -86,6 +87,15 @@ def over_demand(captured: Captured) -> dict[tuple[str, int], int]:
     return {k: n for k, n in per_round.items() if n > demand[k[0]]}
 
 
+def after_expiry(captured: Captured) -> list[Assignment]:
+    """Assignments the scheduler made to a job after it had decided the job's expiry (both
+    stamped by the decider's clock): the expiry takes effect before the next decision."""
+    expired: dict[str, float] = {}
+    for e in of(captured, topics.JOBS, JobExpired):
+        expired[e.job_id] = min(e.time, expired.get(e.job_id, e.time))
+    return [a for a in assignments(captured) if a.time > expired.get(a.job_id, a.time)]
+
+
 def closes(captured: Captured, jobs: Iterable[str]) -> Counter[tuple[str, int]]:
     mine = set(jobs)
     return Counter(
@@ -119,13 +129,14 @@ def audit_mismatch(
 
 def assert_all_hold(result: DemoResult) -> None:
     """Every invariant on a finished demo: assignments made, each to an eligible device
-    free of another assignment, no round over its demand, each attempt closed once and
-    audited once."""
+    free of another assignment, no round over its demand, none to a job after its expiry,
+    each attempt closed once and audited once."""
     events = result.events
     assert assignments(events)
     assert ineligible(events) == []
     assert overlapping(events) == []
     assert over_demand(events) == {}
+    assert after_expiry(events) == []
     assert result.extra_assignments == 0
     mine = {j.job_id for j in result.jobs}
     counted = closes(events, mine)

@@ -143,12 +143,17 @@ class JobExpired(Event, tag="job_expired", frozen=True):
     """An operator's (admin) token: the scheduler signs what it decides on its own."""
 
 
-class JobAdmission(Event, tag="job_admission", frozen=True):
+class JobAdmission(Event, tag="job_admission", frozen=True, kw_only=True):
     """The job API's decision on a submission (`venn.core.admission`): refused (with why),
     queued (the submission is kept here, and registered as it was when it is admitted), or
-    admitted (now, or from the queue; ``reason`` carries a late finish's warning). Venn
-    decides it: it carries an operator's token. Topic venn.jobs, key job_id."""
+    admitted (now, or from the queue; ``reason`` carries a late finish's warning); or, with
+    ``registration`` (v2), the scheduler's verdict on a registration it read, judged against
+    the operator's limits where they are decided (admitted or refused). Venn decides it: it
+    carries an operator's token. Topic venn.jobs, key job_id."""
 
+    version: ClassVar[int] = 2
+
+    schema_version: Literal[1, 2] = 2  # type: ignore[assignment]
     job_id: Id
     decision: Literal["admitted", "queued", "refused"]
     reason: Text
@@ -168,6 +173,9 @@ class JobAdmission(Event, tag="job_admission", frozen=True):
     and so is its tenant."""
     token: Token | None = None
     """An operator's (admin) token."""
+    registration: EventId | None = None
+    """The event id of the registration this verdict of the scheduler's is on (v2); None:
+    the job API's decision on a submission."""
 
 
 class Assignment(Event, tag="assignment", frozen=True, kw_only=True):
@@ -237,14 +245,23 @@ class SupplyCount(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     count: Count
 
 
-class SupplyReport(Event, tag="supply_report", frozen=True):
+class SupplyReport(Event, tag="supply_report", frozen=True, kw_only=True):
     """A gateway's count of the check-ins it received in the last ``interval_s`` seconds,
-    per attribute set, whether it forwarded them or answered them at once: the supply mix
-    the scheduler plans with. Topic venn.checkins, key the gateway's id."""
+    per attribute set, whether it forwarded them or answered them at once (each device
+    counted once per interval): the supply mix the scheduler plans with. Topic
+    venn.checkins, key the gateway's id."""
 
+    version: ClassVar[int] = 2
+
+    schema_version: Literal[1, 2] = 2  # type: ignore[assignment]
     gateway: Id
     interval_s: PosDuration
     counts: Annotated[list[SupplyCount], msgspec.Meta(max_length=BATCH_MAX)]
+    token: Token | None = None
+    """The gateway's own token (v2; kind ``gateway``, its subject the gateway's id), which
+    only a holder of the deployment's secret can make: where the deployment authenticates,
+    the scheduler counts a report only with one naming its gateway, so a record another
+    principal writes to venn.checkins cannot pose as a gateway's counts."""
 
 
 class CheckinsDeclined(Event, tag="checkins_declined", frozen=True):
@@ -568,6 +585,11 @@ def clean_text(text: str, limit: int = TEXT_MAX) -> str:
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
 
 
+def dead_letter_id(topic: str, partition: int, offset: int) -> str:
+    """The id of the dead letter of the record at this position (one per record)."""
+    return f"dead:{topic}:{partition}:{offset}"
+
+
 def dead_letter_for(
     raw: bytes | None, reason: str, topic: str, partition: int, offset: int, now: float
 ) -> DeadLetter:
@@ -576,7 +598,7 @@ def dead_letter_for(
     position, so re-processing the same bad message yields the same dead letter id."""
     original = raw or b""
     return DeadLetter(
-        event_id=f"dead:{topic}:{partition}:{offset}",
+        event_id=dead_letter_id(topic, partition, offset),
         time=min(max(now, 0.0), 1e11),
         original=base64.b64encode(original[:ORIGINAL_PREFIX_MAX]).decode("ascii"),
         original_size=len(original),

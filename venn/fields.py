@@ -8,6 +8,7 @@ The event models (`venn.events`), the gateway's request bodies and the JSON Sche
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import msgspec
@@ -47,10 +48,18 @@ ORIGINAL_PREFIX_MAX = 4096
 # format controls: U+202E shows "abc" as "cba" on a dashboard or a terminal): safe as a
 # Kafka key, a URL segment, a varchar and a name shown to an operator.
 _INVISIBLE = (
-    r"\u00a0\u00ad\u061c\u115f\u1160\u1680\u180e\u2000-\u200f\u2028-\u202f"
-    r"\u205f-\u206f\u3000\u3164\ufeff\uffa0\ufff9-\ufffb"
+    r"\u00a0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f"
+    r"\u2000-\u200f\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164\ufe00-\ufe0f\ufeff"
+    r"\uffa0\ufff9-\ufffb\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
 )
+"""Characters an id may not hold: invisible ones (format, default-ignorable: the combining
+grapheme joiner U+034F, the Khmer inherent vowels, the Mongolian and other variation
+selectors, the tag characters U+E0000-E0FFF that spell hidden text, musical formatting),
+blanks (Unicode spaces, the Braille blank U+2800, the Hangul fillers), and the direction
+controls. Issue 34, item 11: tags, U+034F, U+17B4 and U+2800 were still accepted."""
 _ID_PATTERN = rf"^[^\x00-\x20\x7f-\x9f{_INVISIBLE}]+$"
+FORBIDDEN_IN_ID = re.compile(rf"[\x00-\x20\x7f-\x9f{_INVISIBLE}]")
+"""A character an id may not hold (the class `_ID_PATTERN` excludes), for fast paths."""
 # Free text: no control characters (Postgres text refuses NUL; logs and terminals the rest).
 _TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
 _ATTR_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]*$"

@@ -16,6 +16,8 @@ from typing import Any
 
 from venn.broker.security import MECHANISM, Credentials, client_options
 from venn.broker.tuning import ClientTuning, tuning_for
+from venn.core.admission import Limits
+from venn.core.pace import Pace
 from venn.core.tenants import TenantConfig, TenantShare, parse_tenants
 
 
@@ -59,7 +61,36 @@ class GatewaySettings:
     )
     max_body_bytes: int = setting("VENN_GATEWAY_MAX_BODY", 16384, "Largest request body, bytes.")
     retry_after_s: int = setting(
-        "VENN_GATEWAY_RETRY_AFTER_S", 30, "retry_after of a check-in that got no assignment."
+        "VENN_GATEWAY_RETRY_AFTER_S",
+        30,
+        "Base pace: retry_after of a check-in that got no assignment when the gateway cannot "
+        "tell what the open rounds want of the device (its view of demand not read yet); "
+        "supply reports count check-ins at this pace (venn/core/pace.py).",
+    )
+    wanted_retry_after_s: int = setting(
+        "VENN_GATEWAY_WANTED_RETRY_AFTER_S",
+        10,
+        "Pace steering: retry_after (before jitter) of a device that an open round with "
+        "remaining demand admits: it comes back sooner while its rounds wait.",
+    )
+    idle_retry_after_s: int = setting(
+        "VENN_GATEWAY_IDLE_RETRY_AFTER_S",
+        120,
+        "Pace steering: retry_after (before jitter) of a device that no open round admits, "
+        "the bound: a fleet no round can use checks in this rarely. Equal to "
+        "VENN_GATEWAY_RETRY_AFTER_S and VENN_GATEWAY_WANTED_RETRY_AFTER_S: no steering.",
+    )
+    wanted_max_age_s: int = setting(
+        "VENN_GATEWAY_WANTED_MAX_AGE_S",
+        5,
+        "How long a device or an HTTP cache may keep `GET /v1/wanted` (what open rounds can "
+        "still use) without asking again: its Cache-Control max-age.",
+    )
+    retry_jitter: float = setting(
+        "VENN_GATEWAY_RETRY_JITTER",
+        0.2,
+        "Each retry_after is its interval times 1 +- up to this share, drawn per answer, so "
+        "devices told to come back at one instant do not all come back at one instant.",
     )
     busy_retry_after_s: int = setting(
         "VENN_GATEWAY_BUSY_RETRY_AFTER_S",
@@ -131,6 +162,13 @@ class GatewaySettings:
         "How long after an assignment its device may still upload the round's result (a "
         "restarted gateway reads this much of venn.assignments back).",
     )
+    max_enrolments_per_token: int = setting(
+        "VENN_GATEWAY_MAX_ENROLMENTS_PER_TOKEN",
+        100_000,
+        "Most device ids one enrol token may enrol (its first enrolments; enrolling an id it "
+        "holds again is free): every gateway keeps every enrolled id for good, so a leaked "
+        "enrol token must not add them without bound. An admin token has no limit.",
+    )
     max_remembered: int = setting(
         "VENN_GATEWAY_MAX_REMEMBERED",
         500_000,
@@ -157,12 +195,24 @@ class GatewaySettings:
         if self.quota_lump < 1:
             raise ValueError("VENN_GATEWAY_QUOTA_LUMP must be >= 1")
 
+    @property
+    def pace(self) -> Pace:
+        """The retry_after of each answer without an assignment (venn/core/pace.py): the
+        wanted pace never above the base, the idle one never below it."""
+        base = self.retry_after_s
+        return Pace(
+            base,
+            min(self.wanted_retry_after_s, base),
+            max(self.idle_retry_after_s, base),
+            self.retry_jitter,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
     """The scheduler (`services/scheduler`): the Faust app that decides every check-in. Its
     workers form one consumer group: one decides, the others are hot standbys
-    (`services.scheduler.decider`)."""
+    (`services.scheduler.inputs`)."""
 
     policy: str = setting(
         "VENN_POLICY",
@@ -225,6 +275,13 @@ class SchedulerSettings:
         "much latency for a record that arrives just after another; the first record after "
         "a quiet spell waits for nothing. 0: fetch again at once.",
     )
+    supply_max_rate: float = setting(
+        "VENN_SUPPLY_MAX_RATE",
+        50000.0,
+        "Most check-ins per second one gateway's supply report may count (more is scaled "
+        "down to it): a gateway answers no more than this, so a report that claims more is "
+        "not a count of devices it saw (docs/security.md, supply reports).",
+    )
     decide_together: int = setting(
         "VENN_SCHEDULER_DECIDE_TOGETHER",
         64,
@@ -232,11 +289,23 @@ class SchedulerSettings:
         "per job; each batch's reply still its own). 1: each batch alone.",
     )
 
+    commit_interval_s: float = setting(
+        "VENN_SCHEDULER_COMMIT_INTERVAL_S",
+        1.0,
+        "How often the deciding worker commits the input offsets it settled (off the "
+        "decisions' path; and when it stops). A new decider reads again what came after the "
+        "last commit, except the check-ins whose decisions its tables hold.",
+    )
+
     def __post_init__(self) -> None:
+        if self.commit_interval_s <= 0:
+            raise ValueError("VENN_SCHEDULER_COMMIT_INTERVAL_S must be > 0")
         if self.gather_ms < 0:
             raise ValueError("VENN_SCHEDULER_GATHER_MS must be >= 0")
         if self.decide_together < 1:
             raise ValueError("VENN_SCHEDULER_DECIDE_TOGETHER must be >= 1")
+        if not self.supply_max_rate > 0:
+            raise ValueError("VENN_SUPPLY_MAX_RATE must be > 0")
 
     def task_url(self, job_id: str, round_index: int) -> str:
         return f"{self.task_url_base.rstrip('/')}/jobs/{job_id}/rounds/{round_index}/task"
@@ -244,8 +313,10 @@ class SchedulerSettings:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionSettings:
-    """Admission of submitted jobs (`venn.core.admission`), judged by the job API: operator
-    limits, and how much supply must have been seen before a requirement is judged."""
+    """Admission of submitted jobs (`venn.core.admission`): operator limits, judged by the
+    scheduler as it applies a registration (every path a job takes) and early by the job
+    API; how much supply must have been seen before a requirement is judged; the admission
+    queue's bounds."""
 
     max_running_jobs: int = setting(
         "VENN_MAX_RUNNING_JOBS",
@@ -270,6 +341,28 @@ class AdmissionSettings:
         1.0,
         "How often a gateway looks whether a queued job can be admitted.",
     )
+    max_queued_jobs: int = setting(
+        "VENN_MAX_QUEUED_JOBS",
+        1000,
+        "Most jobs waiting in the admission queue at once (every owner together); a "
+        "submission with --queue past it is refused (queue_full). What a queued job costs "
+        "every gateway (its spec in the job view, a look at each queue check) is so bounded.",
+    )
+    max_queued_per_owner: int = setting(
+        "VENN_MAX_QUEUED_PER_OWNER",
+        50,
+        "Most jobs one owner (a token's subject) may have waiting in the admission queue; past "
+        "it their submission with --queue is refused (queue_full), so that one token cannot "
+        "fill the queue for everyone.",
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_queued_jobs < 0 or self.max_queued_per_owner < 0:
+            raise ValueError("VENN_MAX_QUEUED_JOBS and VENN_MAX_QUEUED_PER_OWNER must be >= 0")
+
+    def limits(self) -> Limits:
+        """The limits `venn.core.admission` judges with."""
+        return Limits(self.max_running_jobs, self.max_open_demand, self.min_checkins)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,11 +381,12 @@ class TenantSettings:
     default_weight: float = setting(
         "VENN_TENANT_DEFAULT_WEIGHT", 1.0, "Weight of a tenant VENN_TENANTS does not list."
     )
-    window_s: float = setting(
-        "VENN_TENANT_WINDOW_S",
-        1800.0,
-        "The sliding window over which a tenant's use (the contended devices assigned to "
-        "its jobs) is compared with its share.",
+    half_life_s: float = setting(
+        "VENN_TENANT_HALF_LIFE_S",
+        86_400.0,
+        "Half-life of a tenant's use (the contended devices assigned to its jobs) and of "
+        "what it was owed of them, which its standing compares: a device assigned this "
+        "long ago counts half.",
     )
     tolerance: float = setting(
         "VENN_TENANT_TOLERANCE",
@@ -300,6 +394,14 @@ class TenantSettings:
         "How far (relative) a tenant's use of contended devices may fall under its share "
         "before its jobs go first among those a device's owner section holds, or pass it "
         "before they go last; while every tenant is within it the policy alone orders them.",
+    )
+
+    key_exponent: float = setting(
+        "VENN_TENANT_KEY_EXPONENT",
+        0.0,
+        "0: tenants fall in bands by standing (under their share first, over it last). "
+        "Above 0: no bands; each job's order key is multiplied by its tenant's standing "
+        "(decayed use over what it was owed) to this power.",
     )
 
     rerank_every: int = setting(
@@ -317,9 +419,10 @@ class TenantSettings:
         return TenantConfig(
             parse_tenants(self.tenants),
             TenantShare(self.default_weight),
-            window_s=self.window_s,
+            half_life_s=self.half_life_s,
             tolerance=self.tolerance,
             rerank_every=self.rerank_every,
+            key_exponent=self.key_exponent,
         )
 
 
@@ -345,28 +448,34 @@ class CliSettings:
 
 @dataclass(frozen=True, slots=True)
 class FlowerSettings:
-    """A Flower SuperNode's side of `venn.integrations.flower`: what its launcher
-    (`python -m venn.integrations.flower.supernode`) reads and passes to the ClientApps."""
+    """The Venn Flower bridge (`python -m venn.integrations.flower.bridge`): the service beside
+    a SuperLink through which its ServerApps (`venn_flower.VennStrategy`) speak to Venn.
+    (The node side, `venn-flower-supernode`, reads VENN_GATEWAY_URL and VENN_ENROLL_TOKEN
+    itself: it is a separate distribution, without this package.)"""
 
-    gateway_url: str = setting(
-        "VENN_GATEWAY_URL",
-        "",
-        "The Venn gateway a SuperNode checks in to and its ClientApps report results to (the "
-        "launcher's --gateway; a node config key venn-gateway overrides it).",
+    bridge_host: str = setting(
+        "VENN_FLOWER_BRIDGE_HOST",
+        "127.0.0.1",
+        "Address the bridge listens on (ServerApps run beside the SuperLink: loopback).",
     )
-    device_token: str = setting(
-        "VENN_DEVICE_TOKEN",
-        "",
-        "The node's device token (the launcher's --device-token; it sets it for the "
-        "ClientApps after enrolling).",
-        secret=True,
+    bridge_port: int = setting(
+        "VENN_FLOWER_BRIDGE_PORT",
+        8089,
+        "Port of the bridge (ServerApps find it at VENN_FLOWER_BRIDGE, default "
+        "http://127.0.0.1:8089).",
     )
-    enroll_token: str = setting(
-        "VENN_ENROLL_TOKEN",
-        "",
-        "The enrol token a SuperNode's launcher enrols its device with when it has no device "
-        "token (--enroll-token); never passed on to the ClientApps.",
-        secret=True,
+    bridge_call_timeout_s: float = setting(
+        "VENN_FLOWER_BRIDGE_CALL_TIMEOUT_S",
+        3.0,
+        "The longest a bridge call waits for the broker before answering 503 (the ServerApp "
+        "then samples its own nodes until Venn is back).",
+    )
+    bridge_idle_s: float = setting(
+        "VENN_FLOWER_BRIDGE_IDLE_S",
+        120.0,
+        "A run's job the bridge heard nothing of for this long is dropped (its heartbeats "
+        "stop and Venn expires it): its ServerApp is gone (a running ServerApp calls at "
+        "least every 30 s).",
     )
 
 
@@ -549,8 +658,9 @@ class Settings:
     app_id: str = setting(
         "VENN_APP_ID",
         "venn-scheduler",
-        "The scheduler's Faust app id: its consumer group, and the prefix of its changelog "
-        "topic names (both named in the Kafka ACLs).",
+        "The scheduler's Faust app id: its workers' consumer group, the prefix of its "
+        "changelog topic names and of the group its decider commits input offsets to "
+        "(<app id>-inputs); all named in the Kafka ACLs.",
     )
     speedup: float = setting(
         "VENN_SPEEDUP", 1.0, "Trace time / wall-clock time factor of the device emulator."
@@ -719,6 +829,16 @@ def running_stack(run_dir: str | Path) -> dict[str, str]:
     return found
 
 
+def stack_ports(run_dir: str | Path) -> dict[str, int]:
+    """The HTTP ports of the services `venn up` started in ``run_dir`` (gateway: the API;
+    scheduler and recorder: /healthz and /metrics)."""
+    try:
+        ports = json.loads((Path(run_dir) / STACK_FILE).read_text()).get("ports", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): int(v) for k, v in ports.items()} if isinstance(ports, dict) else {}
+
+
 def _read_secrets(run_dir: str | Path) -> dict[str, Any]:
     try:
         found = json.loads((Path(run_dir) / SECRETS_FILE).read_text())
@@ -772,6 +892,14 @@ def run_dir_kafka_users(
         users.update({p: secrets.token_urlsafe(24) for p in missing})
         _write_secrets(run_dir, {**found, "kafka_users": users})
     return users
+
+
+def keep_run_dir_kafka_users(run_dir: str | Path, users: Mapping[str, str]) -> None:
+    """Keep ``users`` (principal -> password) as the run dir's Kafka users: a run dir beside
+    a secured broker someone else made (a test session's), whose clients find their
+    credentials there as beside `venn up`'s own."""
+    found = _read_secrets(run_dir)
+    _write_secrets(run_dir, {**found, "kafka_users": dict(users)})
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -839,7 +967,7 @@ def _walk(obj: Any, section_name: str = "") -> list[SettingDoc]:
 
 
 def env_name(section_name: str, name: str) -> str:
-    """The environment variable of a setting (``env_name("flower", "gateway_url")``), for
+    """The environment variable of a setting (``env_name("flower", "bridge_port")``), for
     a process that passes it to a child it starts."""
     cls = Settings.__dataclass_fields__[section_name].metadata["section"]
     return str(cls.__dataclass_fields__[name].metadata["env"])

@@ -1,24 +1,37 @@
-"""Venn schedules Flower, end to end: a private Venn stack (`venn up` on free ports), one
-SuperLink, eight SuperNodes with different attributes, and three runs of our two example
-apps (logistic regression, MLP; numpy, data made on each node from its seed) with
-overlapping requirements, started at once. Prints each run's rounds, accuracy and
-completion time, and which nodes served which run.
+"""Venn schedules Flower, end to end: a private Venn stack (`venn up` on free ports), the
+Venn Flower bridge, one SuperLink, eight SuperNodes with different attributes started by
+venn-flower's launcher, and three runs of our two example apps (logistic regression, MLP;
+numpy, data made on each node from its seed) with overlapping requirements, started at
+once. Prints each run's rounds, accuracy and completion time, which nodes served which
+run, and Venn's lines of each run's `flwr log`. Every log stays in --dir (default
+run/flower-demo/<arm>).
 
-    python examples/flower/demo.py [--arm venn|random|flower] [--dir DIR]
+    python examples/flower/demo.py [--arm venn|random|flower] [--secure] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
-from venn.integrations.flower.testbed.report import overlaps, served, tasks_overlapping
-from venn.integrations.flower.testbed.scenario import ARMS, NODES, RUNS, ArmResult, run_arm
+from devtools.flower_testbed.report import overlaps, served, tasks_overlapping
+from devtools.flower_testbed.scenario import ARMS, NODES, RUNS, ArmResult, run_arm
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def show(result: ArmResult) -> None:
+def venn_lines(root: Path, name: str) -> list[str]:
+    """Venn's lines of a run's `flwr log`, kept beside its report."""
+    path = root / "flower" / f"run-{name}.log"
+    if not path.exists():
+        return []
+    return [
+        line.split("[venn] ", 1)[1] for line in path.read_text().splitlines() if "[venn] " in line
+    ]
+
+
+def show(result: ArmResult, root: Path) -> None:
     print(f"\n== {result.arm}: {len(result.reports)} runs, wall {result.wall_s:.0f} s "
           f"(start-up {result.startup_s:.0f} s)")  # fmt: skip
     specs = {r.name: r for r in RUNS}
@@ -43,17 +56,23 @@ def show(result: ArmResult) -> None:
     print(f"failed tasks (an ineligible node picked): {failed}")
     print(f"tasks that shared their node with another run's: "
           f"{tasks_overlapping(result.reports)} ({pairs} overlapping pairs)")  # fmt: skip
+    for r in result.reports:
+        lines = venn_lines(root, r.name)
+        if lines:
+            print(f"\nVenn in `flwr log` of {r.name}:")
+            print("\n".join(f"  {line}" for line in lines))
+    print(f"\nlogs, reports and each run's flwr log: {root}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arm", choices=ARMS, default="venn")
-    parser.add_argument("--dir", help="keep logs and reports here (default: a temp dir)")
+    parser.add_argument("--secure", action="store_true", help="TLS and node authentication")
+    parser.add_argument("--dir", help="logs and reports (default: run/flower-demo/<arm>)")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="venn-flower-") as tmp:
-        root = Path(args.dir) if args.dir else Path(tmp)
-        result = run_arm(args.arm, root)
-        show(result)
+    root = Path(args.dir) if args.dir else ROOT / "run" / "flower-demo" / args.arm
+    result = run_arm(args.arm, root, secure=args.secure)
+    show(result, root)
     return 0
 
 

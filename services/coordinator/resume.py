@@ -24,7 +24,6 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from venn import events as ev
 from venn.broker import topics
-from venn.broker.faust_adapter import refresh_metadata
 from venn.broker.stream import Check, Unusable, record_of
 from venn.core.lifecycle import JobBook, JobLife
 
@@ -75,15 +74,6 @@ async def _read(
     return out
 
 
-async def _partitions(consumer: AIOKafkaConsumer, names: Iterable[str]) -> list[TopicPartition]:
-    await refresh_metadata(consumer)
-    return [
-        TopicPartition(name, p)
-        for name in names
-        for p in sorted(consumer.partitions_for_topic(name) or ())
-    ]
-
-
 async def read_positions(
     bootstrap: str,
     job_ids: Collection[str],
@@ -102,7 +92,7 @@ async def read_positions(
     )
     await consumer.start()
     try:
-        lives = await _partitions(consumer, (topics.JOBS, topics.ROUNDS))
+        lives = await topics.partitions_of(bootstrap, (topics.JOBS, topics.ROUNDS), options)
         ends = await consumer.end_offsets(lives)
         book = JobBook()
         for event in await _read(consumer, {}, ends, check):
@@ -115,16 +105,21 @@ async def read_positions(
             if p.life.open_attempt is not None and p.life.open_attempt.requested_at is not None
         ]
         if open_since:
-            await _read_open_rounds(consumer, positions, min(open_since) - LOOKBACK_S)
+            parts = await topics.partitions_of(
+                bootstrap, (topics.ASSIGNMENTS, topics.RESULTS), options
+            )
+            await _read_open_rounds(consumer, parts, positions, min(open_since) - LOOKBACK_S)
     finally:
         await consumer.stop()
     return positions
 
 
 async def _read_open_rounds(
-    consumer: AIOKafkaConsumer, positions: dict[str, Position], since: float
+    consumer: AIOKafkaConsumer,
+    parts: list[TopicPartition],
+    positions: dict[str, Position],
+    since: float,
 ) -> None:
-    parts = await _partitions(consumer, (topics.ASSIGNMENTS, topics.RESULTS))
     ends = await consumer.end_offsets(parts)
     found = await consumer.offsets_for_times({tp: max(0, int(since * 1000)) for tp in parts})
     starts = {tp: (found[tp].offset if found.get(tp) else ends[tp]) for tp in parts}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import subprocess
@@ -20,12 +21,21 @@ from services.gateway.app import run_gateway
 from venn.settings import Settings
 
 
+def _settled(_server: object) -> None:
+    """What the process holds once it serves (modules, settings, clients: some 40,000
+    objects) goes to the collector's permanent generation, out of every full collection's
+    traversal: under a flood those ran every few seconds, each a stall of the event loop
+    (issue 34, the flood)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _main(settings: Settings, reuse_port: bool) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stats = await run_gateway(settings, stop, reuse_port=reuse_port)
+    stats = await run_gateway(settings, stop, reuse_port=reuse_port, on_ready=_settled)
     logging.getLogger("venn.gateway").info("stopped: %s", stats)
 
 

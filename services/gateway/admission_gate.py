@@ -11,33 +11,35 @@ take them once).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 from services.gateway.demand import DemandView
 from venn import events as ev
+from venn.auth.checks import tenant_of
 from venn.core.admission import (
     Decision,
     Limits,
     Load,
     Request,
+    SupplySeen,
     decide,
-    estimate_submission,
+    limit_problem,
     next_admissions,
+    supply_problem,
     supply_seen,
 )
+from venn.core.estimate import Band
 from venn.core.lifecycle import JobLife
 from venn.core.model import DEFAULT_TENANT, JobSpec, Requirement
 from venn.core.status import SchedulerStatus
 from venn.jobspec import JobSubmission
-from venn.settings import AdmissionSettings, TenantSettings
+from venn.settings import TenantSettings
 
 STATUS_FRESH_S = 15.0
 """An older snapshot judges no supply and makes no estimate."""
 
 
-def limits_of(settings: AdmissionSettings) -> Limits:
-    return Limits(settings.max_running_jobs, settings.max_open_demand, settings.min_checkins)
-
-
+@cache  # a pure function of a bounded int, asked once per queued job per queue check
 def _needed(demand: int) -> int:
     return JobSpec("x", Requirement(), demand, 1, 1.0).results_needed
 
@@ -96,31 +98,47 @@ def queued_request(event: ev.JobAdmission, cap_of: Callable[[str], int]) -> Requ
 
 def load_of(view: DemandView) -> Load:
     """The admitted jobs that have not ended, and their demands per round."""
-    running = [
-        life.registered
-        for life in view.book.jobs.values()
-        if life.registered is not None and not life.ended
-    ]
     by_tenant: dict[str, int] = {}
-    for reg in running:
+    for life in view.unended.values():
+        reg = life.registered
         if reg is not None:
-            tenant = reg.tenant or DEFAULT_TENANT
+            tenant = tenant_of(reg)
             by_tenant[tenant] = by_tenant.get(tenant, 0) + reg.demand
-    return Load(len(running), sum(by_tenant.values()), by_tenant)
+    return Load(len(view.unended), sum(by_tenant.values()), by_tenant)
 
 
 def fresh(status: SchedulerStatus | None, now: float) -> SchedulerStatus | None:
     return status if status is not None and now - status.time <= STATUS_FRESH_S else None
 
 
-def judge(
+def to_estimate(
     req: Request, view: DemandView, status: SchedulerStatus | None, limits: Limits, now: float
+) -> SchedulerStatus | None:
+    """The snapshot ``req``'s completion must be estimated on for its decision (None: its
+    decision needs no estimate: no ``finish_by``, no fresh snapshot, or refused or queued
+    before any). The estimate is made off the event loop (`services.gateway.estimates`)."""
+    status = fresh(status, now)
+    if status is None or req.finish_by is None:
+        return None
+    seen = supply_seen(status, req.requirement)
+    if supply_problem(req, seen, limits) or limit_problem(req, load_of(view), limits):
+        return None
+    return status
+
+
+def judge(
+    req: Request,
+    view: DemandView,
+    status: SchedulerStatus | None,
+    limits: Limits,
+    now: float,
+    estimate: Band | None = None,
 ) -> Decision:
-    """The decision on a new submission."""
+    """The decision on a new submission, with its completion ``estimate`` (made on the
+    snapshot `to_estimate` named, when it named one; None: it cannot finish)."""
     status = fresh(status, now)
     seen = supply_seen(status, req.requirement)
-    estimate = None if status is None else (lambda: estimate_submission(status, req))
-    return decide(req, load_of(view), seen, limits, estimate)
+    return decide(req, load_of(view), seen, limits, None if status is None else (lambda: estimate))
 
 
 def due(
@@ -132,16 +150,22 @@ def due(
 ) -> list[tuple[JobLife, Request]]:
     """The queued jobs to admit now, in the order they were queued."""
     status = fresh(status, now)
-    waiting = [life for life in view.book.jobs.values() if life.waiting_admission]
+    waiting = list(view.waiting.values())
     waiting.sort(key=lambda life: (life.queued.time if life.queued else 0.0, life.job_id))
     pairs = [
         (life, queued_request(life.queued, cap_of)) for life in waiting if life.queued is not None
     ]
     requests = {r.job_id: life for life, r in pairs if r is not None}
-    chosen = next_admissions(
-        [r for _, r in pairs if r is not None],
-        load_of(view),
-        lambda requirement: supply_seen(status, requirement),
-        limits,
-    )
+    # The supply a requirement has seen, counted once per pass: the queued jobs share a
+    # few requirements, and counting the snapshot's supply mix for each of a full queue's
+    # jobs held the event loop about 20 ms of CPU every queue check (issue 34, the flood).
+    seen: dict[Requirement, SupplySeen] = {}
+
+    def seen_of(requirement: Requirement) -> SupplySeen:
+        got = seen.get(requirement)
+        if got is None:
+            got = seen[requirement] = supply_seen(status, requirement)
+        return got
+
+    chosen = next_admissions([r for _, r in pairs if r is not None], load_of(view), seen_of, limits)
     return [(requests[r.job_id], r) for r in chosen]

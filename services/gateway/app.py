@@ -28,10 +28,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -41,7 +42,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Histogram
 
-from services.gateway import dashboard, devices, jobs_api
+from services.gateway import dashboard, devices, jobs_api, wanted
 from services.gateway.batcher import BatcherBusy, CheckinBatcher
 from services.gateway.context import BrokerUnavailable, GatewayContext, NoJobsPrincipal
 from services.gateway.demand import DemandView
@@ -77,6 +78,7 @@ from venn.broker.stream import (
 )
 from venn.broker.topics import ensure_topics
 from venn.core.model import Requirement
+from venn.core.pace import Want
 from venn.core.status import SchedulerStatus
 from venn.metrics import CONTENT_TYPE, StatsCollector, consumer_lag, exposition
 from venn.settings import GatewaySettings, Settings
@@ -85,9 +87,15 @@ log = logging.getLogger("venn.gateway")
 
 
 LATE_MEMORY = 200_000
-"""How many answered-without-assignment check-in ids are remembered to catch late
-assignments (a few minutes of traffic at thousands of check-ins per second)."""
+"""Most answered-without-assignment check-in ids remembered to catch late assignments."""
+LATE_SLACK_S = 30.0
+"""How long past its bound (VENN_GATEWAY_WAIT_S) a check-in's late assignment may still
+arrive: the scheduler decides a gateway's check-in only within that bound of its time, so
+an id answered longer ago than both is forgotten (they were kept by count only, up to
+LATE_MEMORY, and a flood left that high-water in the gateway's memory: issue 34, item 11)."""
 START_RETRY_S = 120.0
+LETTERS_WAIT_S = 30.0
+"""How long a starting gateway waits to have read venn.dead-letters before its views."""
 """How long a starting gateway keeps trying a cluster that does not answer."""
 MIN_WAIT_S = 0.05
 """Less time than this (or half the bound) left of a check-in's bound is not worth producing
@@ -100,6 +108,14 @@ _ANSWERS = (topics.ASSIGNMENTS, topics.REPLIES)
 _GATEWAY_OWNS = owned_by("gateway")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0)
 _encode = msgspec.json.Encoder().encode
+
+
+_WANT = {
+    Verdict.FORWARD: Want.WAITED,
+    Verdict.ENOUGH_IN_FLIGHT: Want.BASE,  # its rounds have enough devices coming
+    Verdict.NO_OPEN_ROUND: Want.UNWANTED,
+}
+"""The pace of a check-in by the forward quota's verdict (venn/core/pace.py)."""
 
 
 def _expire(fut: asyncio.Future[Any]) -> None:
@@ -122,10 +138,13 @@ class Gateway:
             self.config.forward_quota, self.config.quota_patience_s, lump=self.config.quota_lump
         )
         self.supply = SupplyCounter(self.id, time.time())
+        self.pace = self.config.pace
+        """When a device without an assignment comes back (venn/core/pace.py)."""
         self._report_task: asyncio.Task[None] | None = None
         self.pending: dict[str, asyncio.Future[ev.Assignment | BaseException | str | None]] = {}
         self.pending_by_device: dict[str, str] = {}
-        self.answered: OrderedDict[str, None] = OrderedDict()
+        self.answered: OrderedDict[str, float] = OrderedDict()
+        """Check-in id -> when it was answered without an assignment (monotonic)."""
         self.producer: AIOKafkaProducer | None = None
         self.jobs_producer: AIOKafkaProducer | None = None
         """The job API's writes to venn.jobs: as the ``jobs`` principal where Kafka has
@@ -148,10 +167,13 @@ class Gateway:
         self.enrolments: dict[str, str] = {}
         """Device id -> the owner (enrol token subject) of its first enrolment, from
         venn.enrolments: another owner's enrol token may not take the id over."""
+        self.enrolled_by: Counter[str] = Counter()
+        """Enrol token id -> the device ids it enrolled first (venn.enrolments), with those
+        this gateway is enrolling now: at most VENN_GATEWAY_MAX_ENROLMENTS_PER_TOKEN."""
         self.status = StatusFeed(settings)
         """The scheduler's snapshots (venn.status), for the job API and the dashboard, and
         the live gateway count the forward quota and the report interval are shared by."""
-        self.status.on_update = self._on_status
+        self.status.on_update = self.on_status
         self.dead_letters = dashboard.DeadLetterFeed(settings)
         self.assigned: OrderedDict[tuple[str, int, str], float] = OrderedDict()
         """(job, round, device) of recent assignments: only those devices may upload a
@@ -214,6 +236,9 @@ class Gateway:
             stats=StreamStats(
                 skipped=self.stats.skipped_records, dead_letters=self.stats.dead_letter_reasons
             ),
+            # Every gateway reads venn.enrolments from its beginning at each start: a bad
+            # record's letter was written at the first (issue 34, item 11).
+            written=self.dead_letters.tally.__contains__,
         )
         self.batcher = CheckinBatcher(
             self.producer,
@@ -244,7 +269,7 @@ class Gateway:
         self._task = asyncio.create_task(self._consume(set(follow), ends), name="gateway-consume")
         self._lag_task = asyncio.create_task(self._watch_lag(), name="gateway-lag")
         self.supply.since = time.time()
-        self._report_task = asyncio.create_task(self._report_supply(), name="gateway-supply")
+        self._report_task = asyncio.create_task(self.report_supply(), name="gateway-supply")
 
     async def start_when_reachable(self, within_s: float = START_RETRY_S) -> None:
         """`start`, again every second while the cluster does not answer (a node it asks
@@ -298,7 +323,8 @@ class Gateway:
             await self.producer.stop()
             self.producer = None
 
-    def _on_status(self, status: SchedulerStatus) -> None:
+    def on_status(self, status: SchedulerStatus) -> None:
+        """The scheduler's snapshot (venn.status): how many gateways share the quota."""
         self.quota.gateways = max(1, status.gateways)
 
     def report_interval_s(self) -> float:
@@ -307,11 +333,15 @@ class Gateway:
         config = self.config
         return max(config.supply_report_s, self.quota.gateways / config.supply_reports_per_s)
 
-    async def _report_supply(self) -> None:
+    async def report_supply(self) -> None:
         """Every interval, the check-ins received per attribute set, as supply reports."""
         while True:
-            await asyncio.sleep(self.report_interval_s())
-            for report in self.supply.reports(time.time()):
+            interval = self.report_interval_s()
+            await asyncio.sleep(interval)
+            token = None
+            if self.tokens is not None:  # what lets the scheduler count the report
+                token = self.tokens.issue("gateway", self.id, ttl_s=max(300.0, 10 * interval))
+            for report in self.supply.reports(time.time(), token):
                 self.stats.supply_reports += 1
                 self._spawn(self._send(topics.CHECKINS, report))
 
@@ -349,20 +379,24 @@ class Gateway:
 
     def _apply(self, event: ev.Event) -> None:
         if isinstance(event, ev.CheckinsDeclined):
-            self._on_declined(event)
+            self.on_declined(event)
         elif isinstance(event, ev.DeviceEnrolled):
-            self.enrolments.setdefault(event.device_id, event.owner)  # the first one holds
+            if event.device_id not in self.enrolments:  # the first one holds
+                self.enrolments[event.device_id] = event.owner
+                self.enrolled_by[event.token_id] += 1
         elif isinstance(event, ev.TokenRevoked):
             if self.tokens is not None:
                 self.tokens.revocations.revoke(event.token_id, event.time)
         else:
             for assignment in ev.assignments_of(event):
-                self._on_assignment(assignment)
+                self.on_assignment(assignment)
             self.view.apply(event)
 
     async def _consume(self, follow: set[TopicPartition], ends: dict[TopicPartition, int]) -> None:
         consumer, stream = self.consumer, self.stream
         assert consumer is not None and stream is not None
+        with contextlib.suppress(TimeoutError):  # the letters written before: not again
+            await asyncio.wait_for(self.dead_letters.caught_up.wait(), LETTERS_WAIT_S)
         lag_due = 0.0
         while True:
             batch = await stream.read(timeout_ms=200, max_records=5000)
@@ -383,7 +417,8 @@ class Gateway:
                     self.view_ready = True
                     log.info("demand view ready: %d jobs", len(self.view))
 
-    def _on_declined(self, event: ev.CheckinsDeclined) -> None:
+    def on_declined(self, event: ev.CheckinsDeclined) -> None:
+        """A batch's check-ins the scheduler declined: this gateway's answer "no"."""
         if event.reply_to != self.id:
             return
         for cid in event.checkin_ids:
@@ -417,7 +452,9 @@ class Gateway:
         ):
             self.assigned.popitem(last=False)
 
-    def _on_assignment(self, a: ev.Assignment) -> None:
+    def on_assignment(self, a: ev.Assignment) -> None:
+        """An assignment read back: the answer to one of this gateway's check-ins, or a
+        device that may upload a result."""
         self._remember_assignment(a)
         cid = a.checkin_id  # None in a v1 assignment: matched by its device below
         fut = self.pending.pop(cid, None) if cid is not None else None
@@ -463,19 +500,28 @@ class Gateway:
             self.stats.kafka_errors += 1
             log.warning("could not send %s to %s: %r", event.event_id, topic, exc)
 
-    def _remember_answered(self, cid: str) -> None:
-        self.answered[cid] = None
-        if len(self.answered) > LATE_MEMORY:
-            self.answered.popitem(last=False)
+    def _remember_answered(self, cid: str, now: float | None = None) -> None:
+        at = time.monotonic() if now is None else now
+        answered = self.answered
+        answered[cid] = at
+        horizon = at - self.config.wait_s - LATE_SLACK_S
+        while answered and (len(answered) > LATE_MEMORY or next(iter(answered.values())) < horizon):
+            answered.popitem(last=False)
 
     # -- requests ----------------------------------------------------------------------
     def busy(self, reason: str) -> tuple[int, Json]:
         return busy(self.config.busy_retry_after_s, reason)
 
-    def _no(self, cid: str, reason: str) -> tuple[int, Json]:
+    def want(self, attrs: Mapping[str, float]) -> Want:
+        """What the open rounds want of a device with ``attrs``, by this gateway's view."""
+        if not self.view_ready:
+            return Want.BASE
+        return Want.WAITED if self.view.may_assign(attrs) else Want.UNWANTED
+
+    def _no(self, cid: str, reason: str, want: Want) -> tuple[int, Json]:
         return 200, {
             "assigned": False,
-            "retry_after": self.config.retry_after_s,
+            "retry_after": self.pace.retry_after(want, random.random()),
             "reason": reason,
             "checkin_id": cid,
         }
@@ -490,16 +536,22 @@ class Gateway:
             # The demand view stopped moving with the broker: no answer from it now.
             self.stats.broker_down += 1
             return self.busy("broker_unavailable")
-        self.supply.add(req.attrs)
         charged: tuple[Requirement, ...] = ()
+        verdict = Verdict.FORWARD
         if self.config.fast_no and self.view_ready:
             verdict, charged = self.quota.verdict(req.attrs, self.view.open_demand(), loop.time())
-            if verdict is Verdict.NO_OPEN_ROUND:
-                self.stats.fast_no += 1
-                return self._no(cid, "no_open_round")
-            if verdict is Verdict.ENOUGH_IN_FLIGHT:
-                self.stats.enough_in_flight += 1
-                return self._no(cid, "no_assignment")
+            want = _WANT[verdict]
+        else:
+            want = self.want(req.attrs)
+        # Counted at the pace it is told now: the pace it was told last time, unless demand
+        # changed since (the gateway keeps no per-device state).
+        self.supply.add(req.attrs, req.device_id, self.pace.weight(want))
+        if verdict is Verdict.NO_OPEN_ROUND:
+            self.stats.fast_no += 1
+            return self._no(cid, "no_open_round", want)
+        if verdict is Verdict.ENOUGH_IN_FLIGHT:
+            self.stats.enough_in_flight += 1
+            return self._no(cid, "no_assignment", want)
         # Made only for a check-in that is forwarded (most are answered at once above).
         event = ev.DeviceCheckin(
             event_id=cid,
@@ -557,7 +609,7 @@ class Gateway:
             self.stats.declined += 1
         else:
             self.stats.no_assignment += 1
-        return self._no(cid, "no_assignment")
+        return self._no(cid, "no_assignment", self.want(req.attrs))
 
     def _fail_pending(self, cid: str, delivery: asyncio.Future[Any]) -> None:
         if delivery.cancelled() or delivery.exception() is None:
@@ -620,6 +672,18 @@ class Gateway:
         holder = self.enrolments.get(device_id)
         if holder is not None:
             return holder
+        most = self.config.max_enrolments_per_token
+        if claims.kind != "admin" and self.enrolled_by[claims.token_id] >= most:
+            # One enrol token added device ids without bound, each kept by every gateway
+            # for good (issue 34, item 11).
+            self.stats.refused_enrolments += 1
+            raise RequestError(
+                403,
+                "enrolment_limit",
+                f"this enrol token has enrolled {most} devices, the most one may "
+                "(VENN_GATEWAY_MAX_ENROLMENTS_PER_TOKEN); use another enrol token",
+            )
+        self.enrolled_by[claims.token_id] += 1  # counted while it is written, then read back
         event = ev.DeviceEnrolled(
             event_id=f"enrol:{uuid.uuid4().hex}",
             time=time.time(),
@@ -638,6 +702,8 @@ class Gateway:
             raise RequestError(
                 429, "broker_unavailable", "the enrolment was not recorded; retry"
             ) from None
+        finally:
+            self.enrolled_by[claims.token_id] -= 1  # read back (or not written): the log counts
         return self.enrolments[device_id]
 
     def context(self) -> GatewayContext:
@@ -765,6 +831,7 @@ def create_app(settings: Settings | None = None) -> web.Application:
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/metrics", metrics)
     devices.register(app, gw, ctx)
+    wanted.register(app, ctx)
     jobs_api.register(app, ctx)
     dashboard.register(app, ctx, gw.dead_letters.tally)
     return app

@@ -148,15 +148,13 @@ def dashboard_snapshot(
     """The page's whole state at ``now``: jobs and their rounds, open demand per job group,
     supply, the plan, assignments per second and dead letters. ``gateway`` is a few facts
     about the serving gateway (its id, whether its views are ready)."""
-    jobs = job_list(view, status, now)
-    states: dict[str, int] = {}
-    for job in jobs:
-        states[job["state"]] = states.get(job["state"], 0) + 1
+    jobs = job_list(view, status, now, max_ended)
+    states = {state: n for state, n in view.states.items() if n}
     return {
         "time": now,
         "gateway": gateway or {},
         "jobs": [_with_elapsed(j, now) for j in _listed(jobs, max_ended)],
-        "job_counts": {"total": len(jobs), **dict(sorted(states.items()))},
+        "job_counts": {"total": sum(states.values()), **dict(sorted(states.items()))},
         "open_demand": open_demand(status),
         "supply": supply_of(status, now),
         "plan": plan_of(status, now),

@@ -15,21 +15,38 @@ reports it (`services.gateway.forwarding.SupplyCounter`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 
 from venn import events as ev
 from venn.core.lifecycle import Applied, JobBook, JobLife
 from venn.core.model import Requirement
 from venn.core.round_tally import RoundTally
 
+RECENT_ENDED = 500
+"""Ended (or refused) jobs the listings keep (the newest): older ones stay readable one by
+one (`job`), and in the audit database."""
+
 
 class DemandView:
     """Open rounds and their remaining demand: the core's lifecycle fold over venn.jobs and
     venn.rounds and its tally of each open round's assignments (their replay rules, not a
-    copy of them)."""
+    copy of them).
+
+    Indexed by state as events apply, so that what a request or a check-in reads grows with
+    the live jobs, never with every job the log ever held (issue 34, item 2): the jobs
+    registered and not ended (``unended``, bounded by VENN_MAX_RUNNING_JOBS), those waiting
+    in the admission queue (``waiting``, bounded by VENN_MAX_QUEUED_JOBS), the newest
+    ended ones, and a count of jobs per state."""
 
     def __init__(self) -> None:
         self.book = JobBook()
+        self.unended: dict[str, JobLife] = {}
+        self.waiting: dict[str, JobLife] = {}
+        self.ended: OrderedDict[str, JobLife] = OrderedDict()
+        self.states: dict[str, int] = {}
+        """Jobs per state (`JobLife.status`), of every job the view holds."""
+        self._state: dict[str, str] = {}
         self.tallies: dict[str, RoundTally] = {}
         """Job -> the tally of its open attempt (of the assignments seen)."""
         self._open: tuple[Requirement, ...] | None = None
@@ -52,6 +69,43 @@ class DemandView:
             return
         if self.book.apply(event) is Applied.CHANGED:
             self._open = self._demand = None
+            job_id = getattr(event, "job_id", None)
+            if isinstance(job_id, str):
+                self._index(self.book.jobs[job_id])
+
+    def _index(self, life: JobLife) -> None:
+        """File ``life`` under its state now."""
+        job_id = life.job_id
+        if life.registered is not None and not life.ended:
+            self.unended[job_id] = life
+        else:
+            self.unended.pop(job_id, None)
+        if life.waiting_admission:
+            self.waiting[job_id] = life
+        else:
+            self.waiting.pop(job_id, None)
+        if life.ended or life.status == "refused":
+            self.ended[job_id] = life
+            self.ended.move_to_end(job_id)
+            while len(self.ended) > RECENT_ENDED:
+                self.ended.popitem(last=False)
+        status = life.status
+        before = self._state.get(job_id)
+        if before != status:
+            if before is not None:
+                self.states[before] -= 1
+            self.states[status] = self.states.get(status, 0) + 1
+            self._state[job_id] = status
+
+    def listed(self, max_ended: int | None = None) -> Iterator[JobLife]:
+        """The jobs a listing shows: every one registered and not ended, every one queued,
+        and the newest RECENT_ENDED (or ``max_ended``) ended or refused."""
+        yield from self.unended.values()
+        yield from self.waiting.values()
+        ended = list(self.ended.values())
+        if max_ended is not None:
+            ended = ended[len(ended) - max_ended :] if max_ended else []
+        yield from (life for life in ended if life.job_id not in self.unended)
 
     def _tally(self, life: JobLife) -> RoundTally | None:
         attempt = life.open_attempt
@@ -89,7 +143,7 @@ class DemandView:
             self._open = tuple(
                 {
                     Requirement.of(life.registered.requirement)
-                    for life in self.book.jobs.values()
+                    for life in self.unended.values()
                     if life.registered is not None and self.remaining(life) > 0
                 }
             )
@@ -99,7 +153,7 @@ class DemandView:
         """Remaining demand of the open rounds, summed per requirement."""
         if self._demand is None:
             demand: dict[Requirement, int] = {}
-            for life in self.book.jobs.values():
+            for life in self.unended.values():
                 left = self.remaining(life) if life.registered is not None else 0
                 if left > 0:
                     r = Requirement.of(life.registered.requirement)  # type: ignore[union-attr]

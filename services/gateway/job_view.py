@@ -97,9 +97,16 @@ def job_summary(
 
 def _estimate(life: JobLife, status: SchedulerStatus | None, now: float) -> Json:
     """When the scheduler's completion estimate says the job finishes (`venn.core.estimate`):
-    ``estimate_state`` is "estimated", "never" (not at the current supply) or None (no
+    its P50 and P90 over scenarios of the jobs expected to arrive later, and
+    ``estimate_state``: "estimated", "never" (not at the current supply) or None (no
     fresh snapshot holds the job, or it ended)."""
-    none: Json = {"estimated_finish": None, "estimated_remaining_s": None, "estimate_state": None}
+    none: Json = {
+        "estimated_finish": None,
+        "estimated_remaining_s": None,
+        "estimated_finish_p90": None,
+        "estimated_remaining_p90_s": None,
+        "estimate_state": None,
+    }
     if life.ended or status is None or now - status.time > STATUS_STALE_S:
         return none
     placement = status.job(life.job_id)
@@ -108,9 +115,12 @@ def _estimate(life: JobLife, status: SchedulerStatus | None, now: float) -> Json
     end = placement.estimated_finish
     if end is None:
         return {**none, "estimate_state": "never"}
+    late = placement.estimated_finish_p90
     return {
         "estimated_finish": end,
         "estimated_remaining_s": round(max(0.0, end - now), 1),
+        "estimated_finish_p90": late,
+        "estimated_remaining_p90_s": round(max(0.0, late - now), 1) if late is not None else None,
         "estimate_state": "estimated",
     }
 
@@ -122,11 +132,14 @@ def _admission(life: JobLife) -> Json | None:
     return {"decision": a.decision, "reason": a.reason, "estimate": a.estimate, "time": a.time}
 
 
-def job_list(view: DemandView, status: SchedulerStatus | None, now: float) -> list[Json]:
-    """Every registered job, newest first."""
+def job_list(
+    view: DemandView, status: SchedulerStatus | None, now: float, max_ended: int | None = None
+) -> list[Json]:
+    """Every job registered and not ended, every queued one and the newest ended or refused
+    (`DemandView.listed`; at most ``max_ended`` of those), newest first."""
     lives = [
         life
-        for life in view.book.jobs.values()
+        for life in view.listed(max_ended)
         if life.registered is not None or life.admission is not None
     ]
 

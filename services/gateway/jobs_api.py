@@ -29,6 +29,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -36,8 +37,16 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from services.gateway.admission_gate import due, judge, limits_of, request_of, tenant_cap
+from services.gateway.admission_gate import (
+    due,
+    fresh,
+    judge,
+    request_of,
+    tenant_cap,
+    to_estimate,
+)
 from services.gateway.context import BrokerUnavailable, GatewayContext, NoJobsPrincipal
+from services.gateway.estimates import Estimates, EstimatesBusy
 from services.gateway.http import json_response, refused
 from services.gateway.job_view import job_list, job_summary, plan_of, supply_of
 from venn import events as ev
@@ -62,6 +71,9 @@ COORDINATOR_NOTE = (
 SPEC_READERS = 2
 """Job specs read at once, each in a thread of the job API's own (a flood of specs waits
 for none of the device paths, and cannot take the loop's default executor)."""
+SPEC_READERS_PER_OWNER = 1
+"""Of those, how many one owner (a token's subject) may hold: a flood of large valid specs
+from one token took both and every other owner got 429 ``busy`` (issue 34, item 11)."""
 
 
 class ApiError(Exception):
@@ -92,6 +104,11 @@ class JobsApi:
         self.ctx = ctx
         self.readers = ThreadPoolExecutor(SPEC_READERS, thread_name_prefix="venn-jobspec")
         self.reading = 0
+        self.reading_by: Counter[str] = Counter()
+        self.estimates = Estimates()
+        self.queueing: Counter[str] = Counter()
+        """Submissions being queued now, per owner, not in the view yet: the queue's bounds
+        count them, so concurrent ones cannot pass them together."""
 
     # -- auth --------------------------------------------------------------------------
     def _claims(self, request: web.Request, *kinds: Kind) -> Claims | None:
@@ -163,16 +180,25 @@ class JobsApi:
             return spec.resolved_job_id(prefix=prefixes[0])
         return spec.resolved_job_id()
 
-    async def read_spec(self, body: bytes) -> JobSubmission:
+    async def read_spec(self, body: bytes, owner: str | None = None) -> JobSubmission:
         """The spec in ``body``, read in a thread (`venn.jobspec` bounds the document, so
-        that ends soon; the loop never runs it); 429 while SPEC_READERS are busy."""
+        that ends soon; the loop never runs it); 429 while SPEC_READERS are busy, or
+        SPEC_READERS_PER_OWNER of ``owner``'s (None: a caller without a token)."""
         if self.reading >= SPEC_READERS:
             raise ApiError(429, "busy", "too many job specs being read at once; retry")
+        if owner is not None and self.reading_by[owner] >= SPEC_READERS_PER_OWNER:
+            raise ApiError(429, "busy", "your previous job spec is still being read; retry")
         self.reading += 1
+        if owner is not None:
+            self.reading_by[owner] += 1
         read = asyncio.get_running_loop().run_in_executor(self.readers, parse_job_spec, body)
 
         def done(_: object) -> None:
             self.reading -= 1
+            if owner is not None:
+                self.reading_by[owner] -= 1
+                if not self.reading_by[owner]:
+                    del self.reading_by[owner]
 
         read.add_done_callback(done)
         try:
@@ -187,7 +213,7 @@ class JobsApi:
     async def submit(
         self, claims: Claims | None, body: bytes, query: Mapping[str, str]
     ) -> web.Response:
-        spec = await self.read_spec(body)
+        spec = await self.read_spec(body, claims.subject if claims is not None else None)
         # Judged before anything else, a retry's too (schemathesis ST201: a retry of a known
         # submission with a bad ?finish_by was answered 200).
         finish_by = _number(query, "finish_by")
@@ -210,7 +236,13 @@ class JobsApi:
         tenant = subject if claims is not None else DEFAULT_TENANT
         cap = tenant_cap(self.ctx.settings.tenants, tenant)
         req = request_of(spec, job_id, finish_by, queue, accept_late, tenant, cap)
-        decision = judge(req, self.ctx.view, self.ctx.status(), self.limits, now)
+        status = self.ctx.status()
+        on = to_estimate(req, self.ctx.view, status, self.limits, now)
+        try:
+            estimate = await self.estimates.completion(on, req) if on is not None else None
+        except EstimatesBusy as exc:
+            raise ApiError(429, "busy", str(exc)) from None
+        decision = judge(req, self.ctx.view, status, self.limits, now, estimate)
         attempt = spec.submit_token or uuid.uuid4().hex
         said = f"{decision.reason}: {decision.detail}"
         if decision.verdict == "refused":
@@ -218,9 +250,14 @@ class JobsApi:
             await self._publish(
                 self._admission(job_id, "refused", said, decision.estimate, refusal)
             )
-            extra = {"counts": decision.counts, "estimated_finish": decision.estimate}
+            extra = {
+                "counts": decision.counts,
+                "estimated_finish": decision.estimate,
+                "estimated_finish_p90": decision.estimate_p90,
+            }
             raise ApiError(409, decision.reason, decision.detail, extra)
         if decision.verdict == "queued":
+            self._room_in_queue(subject)
             queued = self._admission(
                 job_id,
                 "queued",
@@ -231,8 +268,14 @@ class JobsApi:
                 priority=spec.priority or None,
                 owner=subject if claims is not None else None,
             )
-            await self._publish(queued)
-            await self._seen(lambda: self.ctx.view.book.get(job_id).waiting_admission)
+            self.queueing[subject] += 1
+            try:
+                await self._publish(queued)
+                await self._seen(lambda: self.ctx.view.book.get(job_id).waiting_admission)
+            finally:
+                self.queueing[subject] -= 1
+                if not self.queueing[subject]:
+                    del self.queueing[subject]
             return json_response(self._queued(job_id, subject, queued), 202)
         if decision.estimate is not None or decision.warning is not None:
             # Judged against finish_by: the decision says how (a plain admission is the
@@ -254,14 +297,51 @@ class JobsApi:
         )
         await self._publish(event)
         await self._seen(lambda: self._registered(job_id))
+        life = self.ctx.view.book.get(job_id)
+        if life.registered is not None and life.registered.event_id != event.event_id:
+            # Another submission of the id reached the log first (two owners racing for
+            # one id both got 201 and a token: issue 34, item 11).
+            raise ApiError(409, "job_exists", f"job {job_id!r} was submitted before")
+        if fresh(self.ctx.status(), time.time()) is not None:
+            # A scheduler is deciding: its verdict on the registration (the limits judged
+            # where the decision is made) is the answer.
+            await self._seen(lambda: life.verdict is not None)
+        if life.refused:
+            said = life.verdict.reason if life.verdict is not None else ""
+            reason, _, detail = said.partition(": ")
+            raise ApiError(409, reason or "refused", detail or said, {"counts": {}})
         answer = self._accepted(job_id, subject, created=True)
         answer["estimated_finish"] = decision.estimate
+        answer["estimated_finish_p90"] = decision.estimate_p90
         answer["warning"] = decision.warning
         return json_response(answer, 201)
 
     @property
     def limits(self) -> Limits:
-        return limits_of(self.ctx.settings.admission)
+        return self.ctx.settings.admission.limits()
+
+    def _room_in_queue(self, owner: str) -> None:
+        """429 ``queue_full`` past VENN_MAX_QUEUED_JOBS, or VENN_MAX_QUEUED_PER_OWNER of
+        ``owner``'s: a queued job costs every gateway its spec in the view and a look at
+        each queue check, so one token must not queue without bound (issue 34, item 2)."""
+        settings = self.ctx.settings.admission
+        waiting = self.ctx.view.waiting
+        total = len(waiting) + sum(self.queueing.values())
+        if total >= settings.max_queued_jobs:
+            raise ApiError(
+                429, "queue_full", f"{total} jobs wait for admission, the most there may be"
+            )
+        mine = self.queueing[owner] + sum(
+            1
+            for life in waiting.values()
+            if life.queued is not None and (life.queued.owner or "anonymous") == owner
+        )
+        if mine >= settings.max_queued_per_owner:
+            raise ApiError(
+                429,
+                "queue_full",
+                f"{owner} has {mine} jobs waiting for admission, the most one owner may have",
+            )
 
     def _admission(
         self,
@@ -404,6 +484,7 @@ def register(app: web.Application, ctx: GatewayContext) -> JobsApi:
         queue.cancel()
         await asyncio.gather(queue, return_exceptions=True)
         api.readers.shutdown(wait=False, cancel_futures=True)
+        api.estimates.close()
 
     app.cleanup_ctx.append(readers)
 

@@ -87,9 +87,15 @@ def job_schemas() -> dict[str, Json]:
             "jct_s": nullable_number,
             "estimated_finish": {
                 "type": ["number", "null"],
-                "description": "The scheduler's completion estimate (seconds, the epoch).",
+                "description": "The scheduler's completion estimate (seconds, the epoch): "
+                "its P50 over scenarios of the jobs expected to arrive later.",
             },
             "estimated_remaining_s": nullable_number,
+            "estimated_finish_p90": {
+                "type": ["number", "null"],
+                "description": "The same estimate's P90 (null: none, or not at this supply).",
+            },
+            "estimated_remaining_p90_s": nullable_number,
             "estimate_state": {
                 "enum": [None, "estimated", "never"],
                 "description": "never: it cannot finish at the current supply; null: no "
@@ -122,6 +128,7 @@ def job_schemas() -> dict[str, Json]:
                 "state": {"const": "queued", "description": "Only when queued (202)."},
                 "detail": {"type": "string", "description": "Why it was queued (202)."},
                 "estimated_finish": {"type": ["number", "null"]},
+                "estimated_finish_p90": {"type": ["number", "null"]},
                 "warning": {
                     "type": ["string", "null"],
                     "description": "Admitted although its estimate misses finish_by.",

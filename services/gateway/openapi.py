@@ -53,10 +53,15 @@ def openapi_document(settings: Settings) -> Json:
         doc["components"].pop("securitySchemes")
         for name in ("Enrollment", "EnrollmentRequest"):
             doc["components"]["schemas"].pop(name)
-        for path in ("/v1/checkin", "/v1/results"):
-            operation = doc["paths"][path]["post"]
+        for path, method in (
+            ("/v1/checkin", "post"),
+            ("/v1/results", "post"),
+            ("/v1/wanted", "get"),
+        ):
+            operation = doc["paths"][path][method]
             operation.pop("security")
             operation["responses"].pop("401")
+        doc["paths"]["/v1/wanted"]["get"]["responses"].pop("403")
         doc["paths"]["/v1/checkin"]["post"]["responses"].pop("403")
         doc["paths"]["/v1/results"]["post"]["responses"]["403"] = _error(
             "The device holds no assignment of that round (`not_assigned`)."
@@ -177,6 +182,39 @@ def _document(config: GatewaySettings) -> Json:
                     },
                 }
             },
+            "/v1/wanted": {
+                "get": {
+                    "summary": "What the open rounds can still use, and the pace",
+                    "description": (
+                        "The requirements of the rounds open with demand left (a device one "
+                        "of them admits, every attribute at least its threshold, may be "
+                        "assigned; one none admits is not) and the pace of retry_after. "
+                        "Cacheable: an ETag and Cache-Control public, max-age="
+                        f"{config.wanted_max_age_s} (VENN_GATEWAY_WANTED_MAX_AGE_S); ask "
+                        "again with If-None-Match for a 304 while it holds. A device none "
+                        "admits still checks in at the idle pace (its check-ins are the "
+                        "supply the scheduler plans with)."
+                    ),
+                    "operationId": "wanted",
+                    "security": [{"device": []}, {}],
+                    "parameters": [
+                        {"name": "If-None-Match", "in": "header", "schema": {"type": "string"}}
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The document",
+                            "headers": {
+                                "ETag": {"schema": {"type": "string"}},
+                                "Cache-Control": {"schema": {"type": "string"}},
+                            },
+                            "content": _ref("Wanted"),
+                        },
+                        "304": {"description": "The copy named by If-None-Match holds"},
+                        "401": unauthorized,
+                        "403": forbidden,
+                    },
+                }
+            },
             "/v1/devices": {
                 "post": {
                     "summary": "Enrol a device: a device token for the requests above",
@@ -233,6 +271,35 @@ def _document(config: GatewaySettings) -> Json:
                         "expires_at": {"type": "number"},
                     },
                 },
+                "Wanted": {
+                    "type": "object",
+                    "required": ["complete", "requirements", "pace"],
+                    "properties": {
+                        "complete": {
+                            "type": "boolean",
+                            "description": "False while the gateway has not read the open "
+                            "rounds to their end: check in at the base pace.",
+                        },
+                        "requirements": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "additionalProperties": {"type": "number"},
+                                "description": "Attribute -> minimum, all to be met.",
+                            },
+                        },
+                        "pace": {
+                            "type": "object",
+                            "required": ["wanted_s", "base_s", "idle_s", "jitter"],
+                            "properties": {
+                                "wanted_s": {"type": "number"},
+                                "base_s": {"type": "number"},
+                                "idle_s": {"type": "number"},
+                                "jitter": {"type": "number"},
+                            },
+                        },
+                    },
+                },
                 "CheckinAnswer": {
                     "oneOf": [
                         {"$ref": "#/components/schemas/Assigned"},
@@ -255,7 +322,18 @@ def _document(config: GatewaySettings) -> Json:
                     "required": ["assigned", "retry_after", "reason", "checkin_id"],
                     "properties": {
                         "assigned": {"const": False},
-                        "retry_after": {"type": "integer", "minimum": 0},
+                        "retry_after": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": (
+                                "Seconds until the device should check in again, steered by "
+                                "demand: sooner while an open round that admits the device "
+                                "waits for devices (VENN_GATEWAY_WANTED_RETRY_AFTER_S), "
+                                "later when no open round admits it "
+                                "(VENN_GATEWAY_IDLE_RETRY_AFTER_S, the bound), each "
+                                "jittered (VENN_GATEWAY_RETRY_JITTER)."
+                            ),
+                        },
                         "reason": {"enum": ["no_open_round", "no_assignment"]},
                         "checkin_id": {"type": "string"},
                     },

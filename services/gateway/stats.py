@@ -20,6 +20,10 @@ class GatewayStats:
     enough_in_flight: int = 0
     """Check-ins an open round admits, answered at once: enough of them at the scheduler."""
     supply_reports: int = 0
+    wanted_served: int = 0
+    """`GET /v1/wanted` answered with the document."""
+    wanted_not_modified: int = 0
+    """`GET /v1/wanted` answered 304: the asker's copy (If-None-Match) holds."""
     overloaded: int = 0
     late: int = 0
     """Check-ins read so long after they arrived (a stalled loop) that they were answered

@@ -10,6 +10,7 @@ import signal
 from services.recorder.app import RecorderStats, run_recorder
 from services.recorder.web import recorder_app, serve
 from venn.audit import upgrade_database
+from venn.audit.health import DatabaseWatch
 from venn.broker.health import BrokerWatch
 from venn.settings import Settings
 
@@ -21,16 +22,19 @@ async def _main(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     stats = RecorderStats()
     watch = BrokerWatch(settings.broker, settings.kafka_credentials)
+    database = DatabaseWatch(settings.database_url)
     runner = None
     if settings.recorder_port:
         watch.start()
+        database.start()
         runner = await serve(
-            recorder_app(stats, watch), settings.recorder_host, settings.recorder_port
+            recorder_app(stats, watch, database), settings.recorder_host, settings.recorder_port
         )
     try:
         await run_recorder(settings, stop, stats=stats)
     finally:
         await watch.stop()
+        await database.stop()
         if runner is not None:
             await runner.cleanup()
     logging.getLogger("venn.recorder").info("stopped: %s", stats)

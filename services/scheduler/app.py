@@ -1,53 +1,36 @@
-"""The Faust app "scheduler": one agent per input topic, all feeding one core.
-
-Agents (values read as raw bytes, decoded strictly with `venn.events.decode`):
-- venn.jobs      -> register / request round / cancel
-- venn.rounds    -> round closed / job finished
-- venn.results   -> release the device, record its response time for the matching
-- venn.checkins  -> decide; a single DeviceCheckin gives at most one Assignment; the
-  CheckinBatches read in one fetch are decided together: one AssignmentBatch per job
-  (venn.assignments, key job_id) and, for each batch with a reply_to, one CheckinsDeclined
-  for the rest of its check-ins (venn.replies)
-- venn.assignments (our own output, read back on the job's partition) -> account the
-  assignments in the jobs table (see `services.scheduler.state` for why)
-Anything that cannot be decoded or applied is dead-lettered as `venn.broker.stream` says
-(the scheduler owns every topic it reads: all go to venn.dead-letters); the agents never die.
-In a batch with bad items, each bad item gets its own dead letter and the rest is applied.
-
-The hot path carries batches because Faust's cost is per Kafka message (about 200-400 µs
-of consumer, stream and commit work each on these machines), not per byte.
+"""The scheduler worker: a Faust app whose tables hold the scheduler's state, and the
+decider's loop that reads its inputs while this worker decides.
 
 Workers: one decides, any others are hot standbys. `OneDeciderAssignor`
-(venn.broker.faust_adapter) gives every partition to one member of the group, so one core
-sees every check-in and every job (the invariants hold as with one worker), and makes the
-others standbys of the tables' changelogs; when the decider dies its session expires
-(`Settings.scheduler_session_timeout`), the group rebalances and a standby becomes the
-decider, restores the tables and resumes from the committed offsets.
+(venn.broker.faust_adapter) gives every changelog partition to one member of the Faust
+group and makes the others standbys of them (Faust keeps their copies filled); when the
+decider dies its session expires (`Settings.scheduler_session_timeout`), the group
+rebalances, and a standby becomes the decider once Faust has read the changelogs to
+their end. Only then does its loop (`services.scheduler.inputs.DeciderLoop`) start: it
+rebuilds the core from the tables and reads every input topic from the offsets its
+predecessor committed.
 
-`create_app` only wires the units: the state (`state.SchedulerState`) over the scheduler
-store (`store`, the Faust one in `tables`), one `intake.Intake` per input topic with its
-handler (`handlers`), the `publisher`, the timers (`expiry`, `status`, the stall guard of
-`stall`) and the pages (`web`). Faust's consumer is reached only through
-`venn.broker.faust_adapter`.
+What each topic's events do is `handlers`; how a record becomes an event is `intake`;
+what the worker keeps is `state`, over the store of `tables`. Faust is reached only
+through `venn.broker.faust_adapter`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import faust
 
 from services.scheduler import metrics
 from services.scheduler.expiry import expire_silent_jobs, expiry_interval
 from services.scheduler.handlers import TopicHandlers
+from services.scheduler.inputs import DeciderLoop, Outbox, Tick
 from services.scheduler.intake import Intake
 from services.scheduler.letters import WrittenLetters
 from services.scheduler.publisher import Publisher
-from services.scheduler.readback import ReadBack
-from services.scheduler.stall import GUARD_INTERVAL_S, StallGuard
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
 from services.scheduler.tables import FaustStore
@@ -55,20 +38,12 @@ from services.scheduler.web import add_pages
 from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
-from venn.broker.faust_adapter import (
-    STANDBY_MEMORY_STORE,
-    FaustPartitions,
-    OffsetsApp,
-    OneDeciderAssignor,
-    owned_partitions,
-    send_output,
-    serve,
-)
+from venn.broker.faust_adapter import STANDBY_MEMORY_STORE, OneDeciderAssignor, follow_decider
 from venn.broker.health import BrokerWatch
 from venn.broker.ledger import OffsetLedger
-from venn.broker.process import free_port
 from venn.broker.stream import StreamStats, authorized
 from venn.checkin_columns import AttrsCache
+from venn.net import free_port
 from venn.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -93,16 +68,14 @@ def quiet_logs(level: int = logging.WARNING) -> None:
         logging.getLogger(name).setLevel(max(level, logging.INFO))
 
 
-def worker_app(settings: Settings) -> OffsetsApp:
-    """The Faust app of one worker, before its tables, agents, pages and timers."""
+def worker_app(settings: Settings) -> faust.App:
+    """The Faust app of one worker, before its tables, pages and tasks."""
     config = settings.scheduler
     # 0: any free port; every worker needs its own (Faust's web server always binds).
     web_port = config.web_port or free_port(config.web_host)
     tuning = settings.tuning
-    return OffsetsApp(
+    return faust.App(
         settings.app_id,
-        fetch_wait_ms=settings.scheduler_fetch_wait,
-        fetch_gather_ms=settings.scheduler.gather_ms,
         broker=f"kafka://{settings.broker}",
         store=STANDBY_MEMORY_STORE,
         topic_partitions=settings.topic_partitions,
@@ -121,10 +94,6 @@ def worker_app(settings: Settings) -> OffsetsApp:
         web_bind=config.web_host,
         broker_credentials=faust_credentials(settings),
         web_port=web_port,
-        output_errors=lambda topic, kind: metrics.OUTPUT_ERRORS.labels(topic, kind).inc(),
-        ledger=OffsetLedger(
-            observe=lambda topic, p, outcome: metrics.OFFSETS.labels(topic, str(p), outcome).inc()
-        ),
         # One per worker: workers of one run dir must not share Faust's data directory.
         datadir=str(Path(settings.run_dir) / f"{settings.app_id}-data-{web_port}"),
     )
@@ -138,58 +107,28 @@ def create_app(settings: Settings | None = None) -> faust.App:
     tokens = Tokens(settings.auth_secret) if settings.auth_enabled else None
     quiet_logs()
     app = worker_app(settings)
-    partitions = settings.topic_partitions
-
-    def owned() -> set[int]:
-        return owned_partitions(app, topics.JOBS)
-
-    faust_parts = FaustPartitions(app)
-    readback = ReadBack(lambda p: faust_parts.next_offset((topics.ASSIGNMENTS, p)))
-    store = FaustStore.create(app, partitions, owned)
+    store = FaustStore.create(app, settings.topic_partitions)
     state = SchedulerState(
-        config, store, readback, settings.tenants.config(), settings.max_event_bytes
+        config,
+        store,
+        settings.tenants.config(),
+        settings.max_event_bytes,
+        time.time(),
+        answer_wait_s=settings.gateway.wait_s,
+        limits=settings.admission.limits(),
+        tokens=tokens,
     )
-    held: set[int] = set()
-
-    async def expect_readback(generation: int) -> None:
-        parts = [(topics.ASSIGNMENTS, p) for p in range(partitions)]
-        while generation == readback.generation:
-            try:
-                ends = await faust_parts.end_offsets(parts)
-            except Exception:  # the broker may be rebalancing or down: ask again
-                log.warning("end offsets of %s not known yet", topics.ASSIGNMENTS, exc_info=True)
-                await asyncio.sleep(1.0)
-                continue
-            readback.expect(generation, {p: end for (_, p), end in ends.items()})
-            return
-
-    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-    async def _on_assigned(sender: object, assigned: object, **kwargs: object) -> None:
-        now_owned = owned()
-        deciding = len(now_owned) == partitions
-        metrics.DECIDING.set(1 if deciding else 0)
-        log.info("%s", "deciding" if deciding else "standby")
-        if now_owned != held:
-            held.clear()
-            held.update(now_owned)
-            state.invalidate()
-            if deciding:  # the predecessor's last assignments first (ReadBack)
-                app.add_future(expect_readback(readback.arm()))
-
-    def send(topic: str, key: bytes, value: bytes) -> None:
-        send_output(app, topic, key, value)
-
-    letters = WrittenLetters(partitions)
-    publisher = Publisher(send, state, letters)
+    outbox = Outbox()
+    letters = WrittenLetters(settings.topic_partitions)
+    publisher = Publisher(outbox.put, letters)
     stats = StreamStats()
     # Job and round events need a token that allowed them when they were produced: the
     # rule every reader of these topics applies (judged at production time: issue 26).
     authorize = authorized(tokens)
     attrs_cache = AttrsCache()
     topic_handlers = TopicHandlers(state)
-    handlers = topic_handlers.by_topic()
-    for name, handle in handlers.items():
-        intake = Intake(
+    intakes = {
+        name: Intake(
             name,
             handle,
             state,
@@ -200,21 +139,28 @@ def create_app(settings: Settings | None = None) -> faust.App:
             attrs_cache,
             together=topic_handlers.decide_batches if name == topics.CHECKINS else None,
         )
+        for name, handle in topic_handlers.by_topic().items()
+    }
+    ledger = OffsetLedger(
+        observe=lambda topic, p, outcome: metrics.OFFSETS.labels(topic, str(p), outcome).inc()
+    )
 
-        # Only check-ins are read a fetch at a time: the other topics' handlers write table
-        # rows, whose changelog partition is that of the event Faust yielded last.
-        most = config.decide_together if name == topics.CHECKINS else 1
+    async def send(topic: str, key: bytes | None, value: bytes) -> Any:
+        return await app.producer.send(topic, key, value, None, None, None)
 
-        async def agent(stream: faust.StreamT, _intake: Intake = intake, _most: int = most) -> None:
-            await letters.ready.wait()
-            await serve(stream, app.ledger, _intake.many, _most)
-
-        channel = app.topic(name, key_serializer="raw", value_serializer="raw")
-        app.agent(channel, name="scheduler-" + name.removeprefix("venn."))(agent)
+    ticks = [
+        Tick(
+            expiry_interval(config),
+            lambda now: expire_silent_jobs(state, tokens, outbox.put, now),
+            caught_up_on=topics.JOBS,
+        ),
+        Tick(STATUS_INTERVAL_S, lambda now: publish_status(state, outbox.put, now)),
+    ]
+    loop = DeciderLoop(settings, state, intakes, outbox, send, ledger, ticks, letters.ready.wait)
+    follow_decider(app, loop.start, loop.stop)
 
     watch = BrokerWatch(settings.broker, settings.kafka_credentials)
-    guard = StallGuard(faust_parts, set(handlers), watch)
-    add_pages(app, watch, guard.stalls)
+    add_pages(app, watch, loop)
 
     @app.task
     async def _start() -> None:
@@ -226,17 +172,5 @@ def create_app(settings: Settings | None = None) -> faust.App:
     async def _revocations() -> None:
         if tokens is not None:
             await follow_revocations(settings.broker, tokens.revocations, settings.kafka_options)
-
-    @app.timer(interval=expiry_interval(config))
-    async def _expire_silent_jobs() -> None:
-        expire_silent_jobs(state, tokens, send, time.time())
-
-    @app.timer(interval=STATUS_INTERVAL_S)
-    async def _status() -> None:
-        publish_status(state, send, time.time())
-
-    @app.timer(interval=GUARD_INTERVAL_S)
-    async def _stall_guard() -> None:
-        await guard.check()
 
     return app

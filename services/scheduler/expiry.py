@@ -1,6 +1,7 @@
-"""Jobs whose coordinator went silent: every few seconds the worker publishes a JobExpired
-on venn.jobs for each live job silent past ``job_timeout_s``; the job is removed when the
-worker reads it back, on the job's own partition (`SchedulerState.silent_jobs`)."""
+"""Jobs whose coordinator went silent: every few seconds the decider removes each live job
+silent past ``job_timeout_s`` (its demand released before the next decision:
+`SchedulerState.expire_silent_jobs`) and announces it with a JobExpired on venn.jobs, for
+its coordinator, the gateways and the recorder; reading that back changes nothing here."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def expire_silent_jobs(state: SchedulerState, tokens: Tokens | None, send: Send,
     timeout = state.config.job_timeout_s
     if not state.loaded or timeout <= 0:
         return 0
-    found = state.silent_jobs(now)
+    found = state.expire_silent_jobs(now)
     for job_id, seen in found:
         token = (
             tokens.issue("admin", "scheduler", ttl_s=TOKEN_TTL_S) if tokens is not None else None

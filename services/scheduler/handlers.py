@@ -1,5 +1,5 @@
 """The handler of each input topic: what a decoded event does to the state, with the
-decision metrics. (event, partition, now) -> None, an event to publish, or a list of them
+decision metrics. (event, now) -> None, an event to publish, or a list of them
 (`services.scheduler.intake.Handler`)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from venn import events as ev
 from venn.broker import topics
 from venn.checkin_columns import CheckinColumns
 
-IGNORED = (topics.REVOCATIONS, topics.REPLIES, topics.STATUS)
-"""Read here only to dead-letter a bad record once (topics.DEAD_LETTER_OWNER): every
-worker applies every revocation from its own reader (follow_revocations); the gateways
-read replies and status without a consumer group."""
+IGNORED = (topics.ASSIGNMENTS, topics.REVOCATIONS, topics.REPLIES, topics.STATUS)
+"""Read here only to dead-letter a bad record once (topics.DEAD_LETTER_OWNER): the
+scheduler's own outputs, which it never reads back, and revocations, which every worker
+applies from its own reader (follow_revocations)."""
 
 
 class TopicHandlers:
@@ -28,12 +28,11 @@ class TopicHandlers:
             topics.ROUNDS: self.on_round,
             topics.RESULTS: self.state.on_result,
             topics.CHECKINS: self.decide,
-            topics.ASSIGNMENTS: self.adopt,
             **dict.fromkeys(IGNORED, ignore),
         }
 
     def decide(
-        self, event: ev.Event | CheckinColumns, partition: int, now: float
+        self, event: ev.Event | CheckinColumns, now: float
     ) -> list[ev.Event] | ev.Assignment | None:
         """venn.checkins: a supply report, a check-in or a batch of them."""
         state = self.state
@@ -44,6 +43,7 @@ class TopicHandlers:
             return self.decide_batches([event], now)
         stale = state.stale_checkins
         metrics.CHECKINS.inc()
+        assert isinstance(event, ev.DeviceCheckin)
         out = state.on_checkin(event, now)
         metrics.STALE_CHECKINS.inc(state.stale_checkins - stale)
         if out is None:
@@ -67,17 +67,13 @@ class TopicHandlers:
         metrics.DECLINED.inc(checkins - decided)
         return out
 
-    def on_round(self, event: ev.Event, partition: int, now: float) -> None:
+    def on_round(self, event: ev.Event, now: float) -> None:
         """venn.rounds: a round closed or a job finished."""
-        closed = self.state.on_round_event(event, partition, now)
+        closed = self.state.on_round_event(event, now)
         if closed and isinstance(event, ev.RoundClosed):  # a second close is not counted
             metrics.ROUND_OUTCOMES.labels(event.outcome).inc()
             metrics.ROUND_FILL.observe(event.sched_delay_s)
 
-    def adopt(self, event: ev.Event, partition: int, now: float) -> None:
-        """venn.assignments, read back on the job's partition."""
-        metrics.ADOPTED.inc(self.state.on_assignment(event, partition, now))
 
-
-def ignore(event: ev.Event, partition: int, now: float) -> None:
+def ignore(event: ev.Event, now: float) -> None:
     return None

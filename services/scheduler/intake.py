@@ -4,7 +4,8 @@ to the topic's handler, and what the handler returns published. Every record end
 `Outcome` for the offset ledger; one that cannot be used is dead-lettered or skipped as
 `venn.broker.stream.judge` says, and the records after it are handled all the same.
 
-No Faust here: the worker's agents feed `Intake` through `venn.broker.faust_adapter.serve`.
+No Kafka here: the decider's loop (`services.scheduler.inputs`) feeds `Intake` the records
+of one fetch, topic by topic.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from venn.fields import BATCH_MAX
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Any, int, float], Any]
-"""(event, partition, now) -> None, an event to publish, or a list of them."""
+Handler = Callable[[Any, float], Any]
+"""(event, now) -> None, an event to publish, or a list of them."""
 
 Decoded = ev.Event | CheckinColumns
 Together = Callable[[list[ev.CheckinBatch | CheckinColumns], float], list[ev.Event]]
@@ -74,13 +75,10 @@ class Intake:
         self.processed = metrics.EVENTS.labels(topic)
         self.duplicates = metrics.DUPLICATES.labels(topic)
         # Check-in batches as columns when the fast decoder can vouch for them
-        # (venn.checkin_columns); our own assignment batches read back as the events we
-        # sent when the bytes are the same; anything else strictly, as one event.
+        # (venn.checkin_columns); anything else strictly, as one event.
         self.quick: Callable[[Any], Decoded | None] | None = None
         if topic == topics.CHECKINS:
             self.quick = partial(checkin_columns, cache=attrs_cache, max_bytes=max_bytes)
-        elif topic == topics.ASSIGNMENTS:
-            self.quick = state.sent.take
 
     def __call__(self, record: Record) -> Outcome:
         now = time.time()
@@ -189,7 +187,7 @@ class Intake:
         """Hand one event to the topic's handler and publish what it returns."""
         state = self.state
         stale = state.stale_checkins
-        out = self.handle(decoded, record.partition, now)
+        out = self.handle(decoded, now)
         outcome: Outcome = "handled"
         if state.stale_checkins - stale >= checkins_of(decoded) > 0:
             outcome = "dropped_stale"

@@ -1,6 +1,7 @@
 """What a scheduler worker sends besides its status: the decisions its handlers return and
-the dead letters of the records it cannot use, through one `Send` (in a worker, the Faust
-adapter's buffered output producer: `venn.broker.faust_adapter.send_output`)."""
+the dead letters of the records it cannot use, through one `Send` (in a worker, the
+decider's outbox, sent once the cycle's table rows are durable:
+`services.scheduler.inputs`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import msgspec
 
 from services.scheduler import metrics
 from services.scheduler.letters import WrittenLetters
-from services.scheduler.state import SchedulerState
 from venn import events as ev
 from venn.broker import topics
 from venn.broker.publish import dead_letter as dead_letter_of
@@ -22,21 +22,23 @@ Send = Callable[[str, bytes, bytes], None]
 
 
 class Publisher:
-    def __init__(self, send: Send, state: SchedulerState, letters: WrittenLetters) -> None:
+    def __init__(self, send: Send, letters: WrittenLetters) -> None:
         self.send = send
-        self.state = state
         self.letters = letters
 
     def publish(self, out: ev.Event) -> None:
-        """A decision: an Assignment or AssignmentBatch (venn.assignments), or the
-        CheckinsDeclined of a batch (venn.replies, to its gateway)."""
+        """A decision: an Assignment or AssignmentBatch (venn.assignments), the
+        CheckinsDeclined of a batch (venn.replies, to its gateway), or a registration's
+        verdict (venn.jobs)."""
         if isinstance(out, ev.CheckinsDeclined):
             self.send(topics.REPLIES, out.reply_to.encode(), ev.encode(out))
+            return
+        if isinstance(out, ev.JobAdmission):  # a registration's verdict
+            self.send(topics.JOBS, *message(topics.JOBS, out))
             return
         key, value = message(topics.ASSIGNMENTS, out)
         self.send(topics.ASSIGNMENTS, key, value)
         if isinstance(out, ev.AssignmentBatch):
-            self.state.sent.add(out, value)
             metrics.ASSIGNMENTS.inc(len(out.assignments))
         else:
             metrics.ASSIGNMENTS.inc()

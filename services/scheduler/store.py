@@ -1,67 +1,80 @@
-"""The scheduler store: the port through which `SchedulerState` keeps what must survive its
+"""The scheduler store: the port through which the scheduler keeps what must survive its
 worker, and the in-memory implementation. The Faust one (tables with changelogs, as the
 workers run) is `services.scheduler.tables.FaustStore`; one conformance suite runs against
 both (tests/broker/test_store_conformance.py).
 
-Two kinds of rows, both plain JSON values (dicts of str, numbers, bools, None and lists),
-each holding the ``partition`` of the job it belongs to:
-- job rows: job_id -> the job's snapshot and flags (`SchedulerState._save`);
-- round rows: key -> one assignment batch or one result of a job's open round, written
-  once and deleted when the round ends (`services.scheduler.rows`).
+Three tables of bytes: ``jobs`` and ``round`` (`services.scheduler.rows` says what their
+keys and values are), and ``decided``: per check-in partition, the offset after the last
+check-in whose decision the other two hold (`services.scheduler.inputs`).
 
-A store hands back every row it holds for the partitions this worker owns, as stored; a
-row it could not read back comes as a value that is not a dict (`tables.UNREADABLE`), for
-the state to skip and count. Writes of one job's rows are made while handling an event of
-that job's partition (the Faust store writes its changelog there).
+Writes take effect in the store at once; `durable` returns once every write made so far
+would survive the worker (the Faust store: the broker has acknowledged its changelog
+records). The decider calls it before it publishes what the
+writes decided (`services.scheduler.inputs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-Row = dict[str, Any]
+Rows = list[tuple[object, object]]
+"""(key, value) as stored: bytes, unless the store holds something else under a key."""
 
 
 class SchedulerStore(Protocol):
-    def job_rows(self) -> list[tuple[object, object]]:
-        """(job id, row) of every job row of the owned partitions."""
-        ...
+    def job_rows(self) -> Rows: ...
 
-    def put_job(self, job_id: str, row: Row) -> None: ...
+    def put_job(self, key: bytes, row: bytes) -> None: ...
 
-    def round_rows(self) -> list[tuple[object, object]]:
-        """(key, row) of every round row of the owned partitions."""
-        ...
+    def round_rows(self) -> Rows: ...
 
-    def put_round(self, key: str, row: Row) -> None: ...
+    def put_round(self, key: bytes, row: bytes) -> None: ...
 
-    def delete_rounds(self, keys: Iterable[str]) -> None:
+    def delete_rounds(self, keys: Iterable[bytes]) -> None:
         """Delete these round rows; a key not stored is ignored."""
+        ...
+
+    def decided_rows(self) -> Rows: ...
+
+    def put_decided(self, key: bytes, row: bytes) -> None: ...
+
+    async def durable(self) -> None:
+        """Return once every write so far would survive this worker's death."""
         ...
 
 
 @dataclass
 class MemoryStore:
-    """Rows in two mappings of this process (for the pure tests, the benchmarks and the
-    simulator-side checks): nothing outlives the process, and every row is owned."""
+    """Rows in mappings of this process (the pure tests, the benchmarks): nothing
+    outlives the process, so every write is as durable as it gets at once."""
 
-    jobs: MutableMapping[str, Any] = field(default_factory=dict)
-    rounds: MutableMapping[str, Any] = field(default_factory=dict)
+    jobs: MutableMapping[bytes, object] = field(default_factory=dict)
+    rounds: MutableMapping[bytes, object] = field(default_factory=dict)
+    decided: MutableMapping[bytes, object] = field(default_factory=dict)
 
-    def job_rows(self) -> list[tuple[object, object]]:
+    def job_rows(self) -> Rows:
         return list(self.jobs.items())
 
-    def put_job(self, job_id: str, row: Row) -> None:
-        self.jobs[job_id] = row
+    def put_job(self, key: bytes, row: bytes) -> None:
+        self.jobs[key] = row
 
-    def round_rows(self) -> list[tuple[object, object]]:
+    def round_rows(self) -> Rows:
         return list(self.rounds.items())
 
-    def put_round(self, key: str, row: Row) -> None:
+    def put_round(self, key: bytes, row: bytes) -> None:
         self.rounds[key] = row
 
-    def delete_rounds(self, keys: Iterable[str]) -> None:
+    def delete_rounds(self, keys: Iterable[bytes]) -> None:
         for key in keys:
             self.rounds.pop(key, None)
+
+    def decided_rows(self) -> Rows:
+        return list(self.decided.items())
+
+    def put_decided(self, key: bytes, row: bytes) -> None:
+        self.decided[key] = row
+
+    async def durable(self) -> None:
+        return None

@@ -25,8 +25,8 @@ from tests import factories
 from tests.event_recorder import EventRecorder
 from venn import events as ev
 from venn.broker import topics
-from venn.broker.process import free_port
-from venn.broker.topics import prepare_topics
+from venn.broker.prepare import prepare_topics
+from venn.net import free_port
 from venn.settings import Settings
 
 READY_TIMEOUT = 180.0  # a restart after SIGKILL waits for the dead member's session to expire;

@@ -32,8 +32,8 @@ from tests.broker.test_scheduler_pipeline import READY_TIMEOUT, Bus, checkins
 from tests.polling import until
 from venn.audit import make_engine
 from venn.broker import topics
-from venn.broker.process import free_port
-from venn.broker.topics import prepare_topics
+from venn.broker.prepare import prepare_topics
+from venn.net import free_port
 from venn.sdk import VennClient
 from venn.settings import Settings
 

@@ -9,9 +9,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from venn.broker.local import read_detached, start_detached, stop_detached
-from venn.broker.process import metadata_brokers
-from venn.broker.tansu import TansuBroker, wait_ready
+from devtools.brokers import read_detached, start_detached, stop_detached
+from devtools.tansu import TansuBroker, wait_ready
+from venn.broker.health import metadata_brokers
 from venn.broker.topics import (
     ALL_TOPICS,
     TopicError,
@@ -137,6 +137,7 @@ async def test_produce_consume_round_trip(broker: str, unique: str) -> None:
 
 
 @pytest.mark.tansu
+@pytest.mark.own_broker
 def test_tansu_broker_context_manager_and_stop() -> None:
     with TansuBroker() as b:
         pid = b.pid
@@ -148,6 +149,7 @@ def test_tansu_broker_context_manager_and_stop() -> None:
 
 
 @pytest.mark.tansu
+@pytest.mark.own_broker
 def test_detached_broker_lifecycle(tmp_path: Path) -> None:
     started = start_detached(tmp_path, "tansu")
     try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from services.gateway import GatewayServer
 from venn import events as ev
@@ -44,6 +44,18 @@ class Authed:
         async with self.http.post(f"{self.url}{path}", json=body, headers=headers) as r:
             return r.status, await r.json(), r.headers
 
+    async def enrol(
+        self, body: dict[str, Any], token: str | None
+    ) -> tuple[int, dict[str, Any], Any]:
+        """POST /v1/devices as a device does: again after a 429 (the gateway still reading
+        venn.enrolments, or the write not read back within its wait, on a busy machine)."""
+        for _ in range(30):
+            status, answer, headers = await self.post("/v1/devices", body, token)
+            if status != 429:
+                break
+            await asyncio.sleep(float(headers.get("Retry-After", 1)))
+        return status, answer, headers
+
 
 @pytest.fixture
 async def gateway(broker: str, partitions: int) -> AsyncIterator[Authed]:
@@ -69,12 +81,12 @@ def result(device: str, job: str) -> dict[str, Any]:
 
 async def test_enrolment_and_the_tokens_a_check_in_needs(gateway: Authed) -> None:
     enroll = gateway.tokens.issue("enroll", "fleet-provisioner", ttl_s=600)
-    status, body, _ = await gateway.post("/v1/devices", {}, None)
+    status, body, _ = await gateway.enrol({}, None)
     assert (status, body["error"]) == (401, "missing_token")
     device_token = gateway.tokens.issue("device", "some-device", ttl_s=600)
-    status, body, _ = await gateway.post("/v1/devices", {}, device_token)
+    status, body, _ = await gateway.enrol({}, device_token)
     assert (status, body["error"]) == (403, "forbidden")  # a device cannot enrol devices
-    status, enrolled, _ = await gateway.post("/v1/devices", {"device_id": "d-1"}, enroll)
+    status, enrolled, _ = await gateway.enrol({"device_id": "d-1"}, enroll)
     assert status == 201 and enrolled["device_id"] == "d-1"
     token = enrolled["token"]
 
@@ -155,24 +167,22 @@ async def test_an_enrol_token_cannot_take_over_an_enrolled_device_id(gateway: Au
     node restarting with a fresh enrol token of the same owner), an operator too."""
     device = f"victim-{uuid.uuid4().hex[:8]}"
     fleet = gateway.tokens.issue("enroll", "fleet-a", ttl_s=600)
-    status, body, _ = await gateway.post("/v1/devices", {"device_id": device}, fleet)
+    status, body, _ = await gateway.enrol({"device_id": device}, fleet)
     assert status == 201 and body["device_id"] == device, body
     mallory = gateway.tokens.issue("enroll", "mallory", ttl_s=600)
-    status, body, _ = await gateway.post("/v1/devices", {"device_id": device}, mallory)
+    status, body, _ = await gateway.enrol({"device_id": device}, mallory)
     assert (status, body["error"]) == (409, "device_exists"), body
     assert "token" not in body
     again = gateway.tokens.issue("enroll", "fleet-a", ttl_s=600)
-    status, body, _ = await gateway.post("/v1/devices", {"device_id": device}, again)
+    status, body, _ = await gateway.enrol({"device_id": device}, again)
     assert status == 201, body
     admin = gateway.tokens.issue("admin", "operator", ttl_s=600)
-    status, body, _ = await gateway.post("/v1/devices", {"device_id": device}, admin)
+    status, body, _ = await gateway.enrol({"device_id": device}, admin)
     assert status == 201, body
     # A generated id is held as well: nobody names it later to take it.
-    status, generated, _ = await gateway.post("/v1/devices", {}, fleet)
+    status, generated, _ = await gateway.enrol({}, fleet)
     assert status == 201
-    status, body, _ = await gateway.post(
-        "/v1/devices", {"device_id": generated["device_id"]}, mallory
-    )
+    status, body, _ = await gateway.enrol({"device_id": generated["device_id"]}, mallory)
     assert (status, body["error"]) == (409, "device_exists"), body
     assert gateway.server.gateway.stats.refused_enrolments == 2
 
@@ -188,3 +198,97 @@ async def test_an_enrol_token_cannot_take_over_an_enrolled_device_id(gateway: Au
                 assert r.status == expected, await r.text()
     finally:
         await later.stop()
+
+
+async def test_one_enrol_token_enrols_a_bounded_number_of_devices(gateway: Authed) -> None:
+    """Issue 34, item 11: enrolments per enrol token were unbounded (and every gateway keeps
+    every enrolled id for good). An enrol token enrols at most
+    VENN_GATEWAY_MAX_ENROLMENTS_PER_TOKEN new ids; enrolling one it holds again is free;
+    another token, or an operator, is not held by it; a gateway started later counts the
+    same from venn.enrolments."""
+    settings = gateway.server.settings.with_gateway(port=0, max_enrolments_per_token=3)
+    bounded = GatewayServer(settings)
+    await bounded.start()
+    url = bounded.url
+    try:
+        fleet = gateway.tokens.issue("enroll", "fleet-b", ttl_s=600)
+
+        async def enrol(device: str, token: str, at: str = url) -> tuple[int, dict[str, Any]]:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with gateway.http.post(
+                f"{at}/v1/devices", json={"device_id": device}, headers=headers
+            ) as r:
+                return r.status, await r.json()
+
+        tag = uuid.uuid4().hex[:6]
+        got = [await enrol(f"b{i}-{tag}", fleet) for i in range(4)]
+        assert [s for s, _ in got] == [201, 201, 201, 403], got
+        assert got[3][1]["error"] == "enrolment_limit"
+        assert (await enrol(f"b0-{tag}", fleet))[0] == 201  # held already: free
+        other = gateway.tokens.issue("enroll", "fleet-b", ttl_s=600)
+        assert (await enrol(f"b4-{tag}", other))[0] == 201
+        admin = gateway.tokens.issue("admin", "operator", ttl_s=600)
+        assert (await enrol(f"b5-{tag}", admin))[0] == 201
+        later = GatewayServer(settings)
+        await later.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not later.gateway.view_ready:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            status, body = await enrol(f"b6-{tag}", fleet, later.url)
+            assert (status, body.get("error")) == (403, "enrolment_limit"), body
+        finally:
+            await later.stop()
+    finally:
+        await bounded.stop()
+
+
+async def test_a_bad_enrolment_record_gets_one_dead_letter_across_restarts(
+    gateway: Authed, partitions: int
+) -> None:
+    """Issue 34, item 11: every gateway reads venn.enrolments from its beginning at each
+    start and dead-lettered a bad record again each time. A gateway now reads the letters
+    written before it decides what to write."""
+    producer = AIOKafkaProducer(bootstrap_servers=gateway.broker)
+    await producer.start()
+    try:
+        meta = await producer.send_and_wait(
+            topics.ENROLMENTS, b"not an enrolment", key=f"bad-{uuid.uuid4().hex}".encode()
+        )
+    finally:
+        await producer.stop()
+    letter = ev.dead_letter_id(topics.ENROLMENTS, meta.partition, meta.offset)
+    for _ in range(2):  # a gateway started, stopped, started again
+        server = GatewayServer(gateway.server.settings.with_gateway(port=0))
+        await server.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not server.gateway.view_ready:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+        finally:
+            await server.stop()  # its producer flushed: what it wrote is on the topic
+    assert await letters_with_id(gateway.broker, partitions, letter) == 1
+
+
+async def letters_with_id(broker: str, partitions: int, letter_id: str) -> int:
+    """How many records of venn.dead-letters carry this dead letter id."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topics.DEAD_LETTERS, p) for p in range(partitions)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        found = 0
+
+        async def behind() -> bool:
+            return any([await consumer.position(tp) < ends[tp] for tp in parts])
+
+        while await behind():
+            for messages in (await consumer.getmany(timeout_ms=1000)).values():
+                found += sum(letter_id.encode() in (m.value or b"") for m in messages)
+        return found
+    finally:
+        await consumer.stop()

@@ -31,7 +31,7 @@ from venn import events as ev
 from venn.audit import make_engine
 from venn.auth import Tokens
 from venn.broker import topics
-from venn.broker.process import free_port
+from venn.net import free_port
 from venn.settings import Settings
 
 SECRET = secrets.token_urlsafe(32)

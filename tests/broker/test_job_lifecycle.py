@@ -20,7 +20,7 @@ from tests.event_recorder import EventRecorder, Published
 from venn import events as ev
 from venn.audit import make_engine
 from venn.broker import topics
-from venn.broker.process import free_port
+from venn.net import free_port
 from venn.sdk import VennClient
 from venn.settings import Settings
 

@@ -12,7 +12,6 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -21,11 +20,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAuthorizationFailedError
 
 from services.gateway import GatewayServer
+from tests.brokers import SessionBroker
 from tests.factories import UNJUDGED
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import security, topics
-from venn.broker.kafka import KafkaBroker
 from venn.broker.security import Credentials, client_options
 from venn.broker.topics import ensure_topics
 from venn.sdk import VennClient
@@ -33,22 +32,21 @@ from venn.settings import KafkaPasswords, Settings
 
 SECRET = secrets.token_urlsafe(32)
 
-USERS = {p: f"{p}-secret-{i}" for i, p in enumerate(security.PRINCIPALS)}
+USERS: dict[str, str] = {}
+"""The principals' passwords of the session broker's SASL listener (set by `secured`)."""
 
 
 @pytest.fixture(scope="module")
-def secured(broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if broker_kind != "kafka":
+def secured(session_broker: SessionBroker, partitions: int) -> str:
+    """The session broker's SASL listener, with the ACLs `venn up` grants."""
+    if not session_broker.secured:
         pytest.skip("needs Apache Kafka (VENN_TEST_BROKER_KIND=tansu)")
-    cluster = KafkaBroker(tmp_path_factory.mktemp("secured") / "kafka", users=USERS)
-    cluster.start()
-    try:
-        admin = Credentials(security.ADMIN, USERS[security.ADMIN])
-        security.apply_acls(cluster.bootstrap, admin, "venn-scheduler", "venn-recorder")
-        asyncio.run(ensure_topics(cluster.bootstrap, 2, options=client_options(admin)))
-        yield cluster.bootstrap
-    finally:
-        cluster.stop()
+    USERS.update(session_broker.users)
+    admin = session_broker.credentials(security.ADMIN)
+    security.apply_acls(session_broker.secured, admin, "venn-scheduler", "venn-recorder")
+    options = client_options(admin)
+    asyncio.run(ensure_topics(session_broker.secured, partitions, options=options))
+    return session_broker.secured
 
 
 async def produce(bootstrap: str, creds: Credentials | None, topic: str) -> None:
@@ -106,8 +104,7 @@ async def readable(bootstrap: str, creds: Credentials) -> set[str]:
     await asyncio.wait_for(consumer.start(), 15)
     found = set()
     try:
-        await consumer._client.force_metadata_update()
-        for topic in consumer._client.cluster.topics() & set(topics.ALL_TOPICS):
+        for topic in await consumer.topics() & set(topics.ALL_TOPICS):
             tp = TopicPartition(topic, 0)
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
@@ -191,15 +188,15 @@ async def until_produces(bootstrap: str, creds: Credentials, topic: str, allowed
         await asyncio.sleep(0.5)
 
 
-def gateway_settings(bootstrap: str) -> Settings:
+def gateway_settings(bootstrap: str, partitions: int) -> Settings:
     return Settings(
-        broker=bootstrap, broker_kind="external", topic_partitions=2, auth_secret=SECRET,
-        kafka_user="gateway", kafka_password=USERS["gateway"],
+        broker=bootstrap, broker_kind="external", topic_partitions=partitions,
+        auth_secret=SECRET, kafka_user="gateway", kafka_password=USERS["gateway"],
     )  # fmt: skip
 
 
 async def test_the_job_api_writes_job_events_as_its_own_principal(
-    secured: str, tmp_path: Path
+    secured: str, partitions: int, tmp_path: Path
 ) -> None:
     tokens = Tokens(SECRET)
     admin_token = tokens.issue("admin", "operator", ttl_s=600)
@@ -209,7 +206,8 @@ async def test_the_job_api_writes_job_events_as_its_own_principal(
     headers = {"Authorization": f"Bearer {admin_token}"}
     for password, expected in (("", 503), (USERS[security.JOBS], 201)):
         # The jobs principal's password given, or none (and no run dir that has one).
-        settings = gateway_settings(secured).with_gateway(port=0).with_admission(**UNJUDGED)
+        settings = gateway_settings(secured, partitions)
+        settings = settings.with_gateway(port=0).with_admission(**UNJUDGED)
         passwords = KafkaPasswords(jobs=password)
         settings = dataclasses.replace(settings, kafka_passwords=passwords, run_dir=str(tmp_path))
         server = GatewayServer(settings)

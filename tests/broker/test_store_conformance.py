@@ -6,8 +6,8 @@ how to reach it.
 - `TestMemoryStore`: `MemoryStore` in this process.
 - `TestFaustStore`: `FaustStore` in a real Faust worker (tests/broker/store_probe.py, a
   subprocess) on the session's Apache Kafka; its kill-and-restore SIGKILLs the worker once
-  its commands are committed and starts a new one, which restores the tables from their
-  changelogs.
+  the store said its writes are durable and starts a new one, which restores the tables
+  from their changelogs.
 
 Each test writes rows under its own key prefix, so that one worker serves the whole class.
 """
@@ -29,20 +29,20 @@ from typing import Any, ClassVar
 import aiohttp
 import msgspec
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from services.scheduler.state import SchedulerState
 from services.scheduler.store import MemoryStore
-from tests.broker.store_probe import Op, apply_op
+from tests.broker.store_probe import Op, apply_op, text_rows
 from venn import events as ev
-from venn.broker.process import free_port
 from venn.broker.topics import changelog_topic, ensure_topics
+from venn.net import free_port
 from venn.settings import SchedulerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
 WAIT_S = 120.0
-Rows = dict[str, Any]
+Rows = dict[str, str]
+"""key -> row, each the text of its bytes."""
 
 
 class StoreDriver(abc.ABC):
@@ -53,8 +53,7 @@ class StoreDriver(abc.ABC):
 
     @abc.abstractmethod
     async def write(self, ops: list[Op]) -> None:
-        """Apply ``ops`` in order (each on its "partition"); the store reads them when this
-        returns."""
+        """Apply ``ops`` in order; the store reads them, durable, when this returns."""
 
     @abc.abstractmethod
     async def read(self) -> tuple[Rows, Rows]:
@@ -77,11 +76,11 @@ class MemoryDriver(StoreDriver):
             apply_op(self.store, op)
 
     async def read(self) -> tuple[Rows, Rows]:
-        return _rows(self.store.job_rows()), _rows(self.store.round_rows())
+        return _rows(text_rows(self.store.job_rows())), _rows(text_rows(self.store.round_rows()))
 
 
 class FaustDriver(StoreDriver):
-    """A store probe worker (subprocess) fed through its commands topic."""
+    """A store probe worker (subprocess), fed over HTTP."""
 
     durable = True
 
@@ -89,27 +88,15 @@ class FaustDriver(StoreDriver):
         tok = uuid.uuid4().hex[:8]
         self.broker = broker
         self.app_id = f"store-{tok}"
-        self.commands = f"store-commands-{tok}"
         self.log_path = run_dir / f"{self.app_id}.log"
         self.datadir = run_dir / f"{self.app_id}-data"
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
-        self.seq = 0
-        self.producer = AIOKafkaProducer(bootstrap_servers=broker)
-        self.group = AIOKafkaConsumer(
-            bootstrap_servers=broker, group_id=self.app_id, enable_auto_commit=False
-        )
         self.http: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        names = (
-            self.commands,
-            changelog_topic(self.app_id, "jobs"),
-            changelog_topic(self.app_id, "round"),
-        )
+        names = (changelog_topic(self.app_id, "jobs"), changelog_topic(self.app_id, "round"))
         await ensure_topics(self.broker, PARTITIONS, names=names)
-        await self.producer.start()
-        await self.group.start()
         self.http = aiohttp.ClientSession()
         self._spawn()
         await self._body()
@@ -118,8 +105,6 @@ class FaustDriver(StoreDriver):
         self._kill()
         if self.http is not None:
             await self.http.close()
-        await self.producer.stop()
-        await self.group.stop()
 
     def _spawn(self) -> None:
         self.port = free_port()
@@ -127,7 +112,6 @@ class FaustDriver(StoreDriver):
             **os.environ,
             "STORE_BROKER": self.broker,
             "STORE_APP_ID": self.app_id,
-            "STORE_COMMANDS": self.commands,
             "STORE_PARTITIONS": str(PARTITIONS),
             "STORE_WEB_PORT": str(self.port),
             "STORE_DATADIR": str(self.datadir),
@@ -150,8 +134,8 @@ class FaustDriver(StoreDriver):
     def _log_tail(self) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
 
-    async def _body(self, until: Any = None) -> dict[str, Any]:
-        """The probe's /rows once its tables are restored (and ``until(body)`` holds)."""
+    async def _body(self) -> dict[str, Any]:
+        """The probe's /rows once it decides with its tables restored."""
         assert self.http is not None
         deadline = time.monotonic() + WAIT_S
         while True:
@@ -160,8 +144,7 @@ class FaustDriver(StoreDriver):
                 async with self.http.get(f"http://127.0.0.1:{self.port}/rows") as resp:
                     if resp.status == 200:
                         body: dict[str, Any] = msgspec.json.decode(await resp.read())
-                        if until is None or until(body):
-                            return body
+                        return body
             except aiohttp.ClientError:
                 pass  # not listening yet
             if time.monotonic() > deadline:
@@ -169,36 +152,23 @@ class FaustDriver(StoreDriver):
             await asyncio.sleep(0.2)
 
     async def write(self, ops: list[Op]) -> None:
-        seqs = set()
-        for op in ops:
-            self.seq += 1
-            seqs.add(self.seq)
-            value = msgspec.json.encode({**op, "seq": self.seq})
-            await self.producer.send_and_wait(self.commands, value, partition=op["partition"])
-        await self._body(until=lambda body: seqs <= set(body["handled"]))
+        assert self.http is not None
+        await self._body()
+        async with self.http.post(
+            f"http://127.0.0.1:{self.port}/ops", data=msgspec.json.encode(ops)
+        ) as resp:
+            assert resp.status == 200, await resp.text()
 
     async def read(self) -> tuple[Rows, Rows]:
         body = await self._body()
         return _rows(body["jobs"]), _rows(body["rounds"])
 
     async def kill_and_restore(self) -> None:
-        # Every command committed first: what the new worker reads comes from the
-        # changelogs alone, not from commands handled again.
-        tps = [TopicPartition(self.commands, p) for p in range(PARTITIONS)]
-        reader = AIOKafkaConsumer(bootstrap_servers=self.broker)
-        await reader.start()
-        try:
-            ends = await reader.end_offsets(tps)
-        finally:
-            await reader.stop()
-        deadline = time.monotonic() + WAIT_S
-        while [tp for tp in tps if ((await self.group.committed(tp)) or 0) < ends[tp]]:
-            assert time.monotonic() < deadline, f"commands not committed\n{self._log_tail()}"
-            await asyncio.sleep(0.2)
+        # `write` returned once the store said the rows are durable: a SIGKILL now loses
+        # none of them.
         self._kill()
         self._spawn()
-        body = await self._body()
-        assert body["handled"] == [], "the restored worker handled commands again"
+        await self._body()
 
 
 def _rows(pairs: list[Any]) -> Rows:
@@ -209,23 +179,25 @@ def _mine(rows: Rows, prefix: str) -> Rows:
     return {key: row for key, row in rows.items() if key.startswith(prefix)}
 
 
-def job_row(partition: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "partition": partition,
-        "removed": False,
-        "submit_token": None,
-        "core": {"demand": 5, "rounds_done": 1, "tier": None, "ratio": 0.25, "ok": True},
-        **extra,
-    }
+def job_row(**extra: Any) -> str:
+    return msgspec.json.encode(
+        {
+            "removed": False,
+            "submit_token": None,
+            "core": {"demand": 5, "rounds_done": 1, "tier": None, "ratio": 0.25, "ok": True},
+            **extra,
+        }
+    ).decode()
 
 
-def round_row(partition: int, job: str, device: str) -> dict[str, Any]:
-    return {
-        "partition": partition,
-        "job": job,
-        "round": 0,
-        "items": [[f"a-{device}", device, 1, True], [f"b-{device}", f"{device}x", None, False]],
-    }
+def round_row(job: str, device: str) -> str:
+    items = [[f"a-{device}", device, 1, True], [f"b-{device}", f"{device}x", None, False]]
+    return msgspec.json.encode({"job": job, "round": 0, "items": items}).decode()
+
+
+def key(text: str) -> str:
+    """A row's key as the scheduler stores it (a JSON string)."""
+    return msgspec.json.encode(text).decode()
 
 
 class StoreConformance:
@@ -238,10 +210,8 @@ class StoreConformance:
         return f"{uuid.uuid4().hex[:6]}-"
 
     async def test_rows_read_back_as_written(self, driver: StoreDriver, prefix: str) -> None:
-        jobs = {f"{prefix}j{p}": job_row(p) for p in range(PARTITIONS)}
-        rounds = {
-            f"a:{prefix}b{p}": round_row(p, f"{prefix}j{p}", f"d{p}") for p in range(PARTITIONS)
-        }
+        jobs = {f"{prefix}j{p}": job_row() for p in range(PARTITIONS)}
+        rounds = {f"a:{prefix}b{p}": round_row(f"{prefix}j{p}", f"d{p}") for p in range(PARTITIONS)}
         ops = [put("put_job", k, r) for k, r in jobs.items()]
         ops += [put("put_round", k, r) for k, r in rounds.items()]
         await driver.write(ops)
@@ -254,8 +224,8 @@ class StoreConformance:
         self, driver: StoreDriver, prefix: str
     ) -> None:
         key = f"{prefix}j"
-        await driver.write([put("put_job", key, job_row(1))])
-        again = job_row(1, removed=True)
+        await driver.write([put("put_job", key, job_row())])
+        again = job_row(removed=True)
         await driver.write([put("put_job", key, again)])
         found, _ = await driver.read()
         assert _mine(found, prefix) == {key: again}
@@ -264,8 +234,8 @@ class StoreConformance:
         self, driver: StoreDriver, prefix: str
     ) -> None:
         keys = [f"r:{prefix}j:0:d{i}" for i in range(4)]
-        await driver.write([put("put_round", k, round_row(0, f"{prefix}j", k)) for k in keys])
-        await driver.write([delete(0, [*keys[:3], f"r:{prefix}never-written"])])
+        await driver.write([put("put_round", k, round_row(f"{prefix}j", k)) for k in keys])
+        await driver.write([delete([*keys[:3], f"r:{prefix}never-written"])])
         _, found = await driver.read()
         assert set(_mine(found, f"r:{prefix}")) == {keys[3]}
 
@@ -274,17 +244,17 @@ class StoreConformance:
     ) -> None:
         if not driver.durable:
             pytest.skip("an in-memory store ends with its process")
-        jobs = {f"{prefix}j{p}": job_row(p, submit_token=f"t{p}") for p in range(PARTITIONS)}
+        jobs = {f"{prefix}j{p}": job_row(submit_token=f"t{p}") for p in range(PARTITIONS)}
         rounds = {
-            f"a:{prefix}b{p}{i}": round_row(p, f"{prefix}j{p}", f"d{p}{i}")
+            f"a:{prefix}b{p}{i}": round_row(f"{prefix}j{p}", f"d{p}{i}")
             for p in range(PARTITIONS)
             for i in range(3)
         }
         ops = [put("put_job", k, r) for k, r in jobs.items()]
         ops += [put("put_round", k, r) for k, r in rounds.items()]
         gone = [k for k in rounds if k.endswith("0")]  # deleted before the kill
-        ops += [delete(rounds[k]["partition"], [k]) for k in gone]
-        ops.append(put("put_job", f"{prefix}j0", job_row(0, removed=True)))
+        ops.append(delete(gone))
+        ops.append(put("put_job", f"{prefix}j0", job_row(removed=True)))
         await driver.write(ops)
         before = await driver.read()
         assert len(_mine(before[1], f"a:{prefix}")) == len(rounds) - len(gone)
@@ -301,14 +271,26 @@ class StoreConformance:
     ) -> None:
         first = worked_state(prefix)
         assert isinstance(first.store, MemoryStore)
-        ops = [put("put_job", k, r) for k, r in first.store.jobs.items()]
-        ops += [put("put_round", k, r) for k, r in first.store.rounds.items()]
+        written = [("put_job", first.store.jobs), ("put_round", first.store.rounds)]
+        ops = [
+            put(kind, k.decode(), r)
+            for kind, table in written
+            for k, r in table.items()
+            if isinstance(r, bytes)
+        ]
         await driver.write(ops)
         if driver.durable:
             await driver.kill_and_restore()
         jobs, rounds = await driver.read()
-        of_mine = {k: r for k, r in rounds.items() if str(r.get("job")).startswith(prefix)}
-        rebuilt = SchedulerState(first.config, MemoryStore(_mine(jobs, prefix), of_mine))
+        mine_jobs: dict[bytes, object] = {
+            k.encode(): r.encode() for k, r in _mine(jobs, key(prefix)[:-1]).items()
+        }
+        mine_rounds: dict[bytes, object] = {
+            k.encode(): r.encode()
+            for k, r in rounds.items()
+            if str(msgspec.json.decode(r).get("job")).startswith(prefix)
+        }
+        rebuilt = SchedulerState(first.config, MemoryStore(mine_jobs, mine_rounds))
         rebuilt.ensure_loaded(time.time())
         assert rebuilt.unreadable_rows == 0
         assert core_view(rebuilt) == core_view(first)
@@ -328,11 +310,10 @@ def worked_state(prefix: str) -> SchedulerState:
                 event_id=f"reg-{job}", time=now, job_id=job, requirement={"ram": 4.0},
                 demand=3, rounds=2, deadline_s=600, workload_s=5,
             ),
-            p,
             now,
         )  # fmt: skip
         rr = ev.RoundRequested(event_id=f"rr-{job}", time=now, job_id=job, round_index=0, demand=3)
-        state.on_job_event(rr, p, now)
+        state.on_job_event(rr, now)
     checkins = [
         ev.DeviceCheckin(
             event_id=f"c{i}", time=now, device_id=f"{prefix}d{i}", attrs={"ram": 8.0},
@@ -344,14 +325,15 @@ def worked_state(prefix: str) -> SchedulerState:
         ev.CheckinBatch(event_id="b", time=now, checkins=checkins), now
     ):
         assert isinstance(out, ev.AssignmentBatch)
-        state.on_assignment(out, int(out.job_id[-1]), now)
-    first = state.core.jobs[f"{prefix}j0"]
-    device = next(d for d, (job, _) in state.core.active_devices.items() if job == f"{prefix}j0")
+    job0 = f"{prefix}j0"
+    view = state.core.round_view(job0)
+    assert view is not None
+    device = next(d for d, (job, _) in state.core.active_devices.items() if job == job0)
     result = ev.DeviceResult(
-        event_id="res", time=now, job_id=f"{prefix}j0", round_index=first.round_index,
+        event_id="res", time=now, job_id=job0, round_index=view.round_index,
         device_id=str(device), ok=True, response_time_s=7.0,
     )  # fmt: skip
-    state.on_result(result, 0, now)
+    state.on_result(result, now)
     return state
 
 
@@ -366,12 +348,12 @@ def core_view(state: SchedulerState) -> dict[str, Any]:
     }
 
 
-def put(kind: str, key: str, row: dict[str, Any]) -> Op:
-    return {"op": kind, "key": key, "row": row, "partition": row["partition"]}
+def put(kind: str, key: str, row: str | bytes) -> Op:
+    return {"op": kind, "key": key, "row": row.decode() if isinstance(row, bytes) else row}
 
 
-def delete(partition: int, keys: list[str]) -> Op:
-    return {"op": "delete_rounds", "keys": keys, "partition": partition}
+def delete(keys: list[str]) -> Op:
+    return {"op": "delete_rounds", "keys": keys}
 
 
 class TestMemoryStore(StoreConformance):

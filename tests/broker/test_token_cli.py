@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from devtools.stack.capture import read_topics
 from venn import events as ev
 from venn.auth import Tokens
 from venn.broker import topics
 from venn.broker.topics import ensure_topics
-from venn.stack.capture import read_topics
 
 SECRET = secrets.token_urlsafe(32)
 

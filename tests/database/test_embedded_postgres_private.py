@@ -8,11 +8,13 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from venn.audit.embedded import EmbeddedPostgres
-from venn.broker.process import private_dir
+from devtools.postgres import EmbeddedPostgres
+from devtools.process import private_dir
+from devtools.stack.local import POSTGRES_DIR, prepare_run_dir
 
 
 def _connects(url: str) -> bool:
@@ -70,3 +72,29 @@ def test_a_trusting_data_directory_gets_the_password(tmp_path: Path) -> None:
         assert not _connects(again.admin_url.replace(":first@", "@"))
     finally:
         again.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server runs as its own user only as root")
+def test_venn_up_on_a_running_stack_keeps_the_database_running(tmp_path: Path) -> None:
+    """Issue 34, item 1: `venn up` on a running stack made the run dir 0700 again and gave
+    back the passage its server's user needs only when it started the server itself; at its
+    next checkpoint PostgreSQL panicked (`could not open file .../global/pg_control:
+    Permission denied`) and shut down. The run dir is prepared as `up` does, a checkpoint
+    forced, and the server still answers."""
+    run = prepare_run_dir(private_dir(tmp_path / "run"))
+    server = EmbeddedPostgres(run / POSTGRES_DIR, password="pw-of-the-run").start()
+    try:
+        prepare_run_dir(run)  # a second `venn up`
+        EmbeddedPostgres(run / POSTGRES_DIR, password="pw-of-the-run").start()
+        mode = stat.S_IMODE(run.stat().st_mode)
+        assert mode == 0o701, oct(mode)  # passage only: not listable, not readable
+        engine = create_engine(server.admin_url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("CHECKPOINT"))
+        finally:
+            engine.dispose()
+        assert server.pid() is not None
+        assert _connects(server.admin_url)
+    finally:
+        server.stop()

@@ -21,7 +21,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,12 +33,13 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from services.coordinator import run_coordinator
 from services.devices.fleet import FleetStats, HttpDeviceFleet, synthetic_source
+from tests.brokers import StackBroker
+from tests.e2e.harness import venn_up
 from venn.auth import Tokens
-from venn.broker.process import free_port
+from venn.auth.local import dashboard_url
 from venn.core.model import JobSpec, Requirement
 from venn.sdk.clock import TraceClock
-from venn.settings import Settings
-from venn.stack.local import dashboard_url, down, stack_ports, up
+from venn.settings import Settings, stack_ports
 from venn.traces.devices import DeviceProfiles, load_device_profiles
 
 pytestmark = pytest.mark.e2e
@@ -73,29 +74,13 @@ class Stack:
 
 
 @pytest.fixture
-async def stack(broker: str, partitions: int, pg_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
-    """`venn up` with the session's Kafka (external) and Postgres (VENN_DATABASE_URL); its
-    own scheduler app id and recorder group, so that nothing of another test's is resumed."""
-    tag = uuid.uuid4().hex[:8]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VENN_")}
-    env |= {
-        "VENN_RUN_DIR": str(tmp_path / "run"),
-        "VENN_BROKER": broker,
-        "VENN_BROKER_KIND": "external",
-        "VENN_DATABASE_URL": pg_url,
-        "VENN_TOPIC_PARTITIONS": str(partitions),
-        "VENN_APP_ID": f"venn-scheduler-dash-{tag}",
-        "VENN_RECORDER_GROUP": f"venn-recorder-dash-{tag}",
-        "VENN_GATEWAY_PORT": str(free_port()),
-    }
-    info = await asyncio.to_thread(up, Settings.from_env(env))
-    settings = Settings.from_env(env)  # now with the run dir's secret
-    assert settings.auth_enabled
-    try:
+def stack(stack_broker: StackBroker, pg_url: str, tmp_path: Path) -> Iterator[Stack]:
+    """`venn up` on the module's broker (the session's, secured) and the session's Postgres
+    (VENN_DATABASE_URL); its own scheduler app id and recorder group."""
+    with venn_up(tmp_path / "run", stack_broker, VENN_DATABASE_URL=pg_url) as (info, settings):
+        assert settings.auth_enabled
         port = stack_ports(info.run_dir)["gateway"]
-        yield Stack(settings, f"http://127.0.0.1:{port}", tag)
-    finally:
-        await asyncio.to_thread(down, settings)
+        yield Stack(settings, f"http://127.0.0.1:{port}", uuid.uuid4().hex[:8])
 
 
 def workload(tag: str) -> tuple[list[JobSpec], DeviceProfiles]:

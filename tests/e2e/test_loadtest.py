@@ -10,18 +10,25 @@ import pytest
 
 from loadtest.run import LoadTestConfig, LoadTestResult, run_loadtest
 from loadtest.stack import StackConfig
+from tests.brokers import StackBroker
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-async def result(tmp_path_factory: pytest.TempPathFactory) -> LoadTestResult:
+async def result(
+    stack_broker: StackBroker, tmp_path_factory: pytest.TempPathFactory
+) -> LoadTestResult:
     out = tmp_path_factory.mktemp("loadtest-out")
     cfg = LoadTestConfig(
         duration_s=8, users=10, kafka_users=1, spawn_rate=10, peak_rate=4,
         kafka_peak_rate=100, day_s=8, out=out, processes=2,
     )  # fmt: skip
-    stack = StackConfig(run_dir=out / "run", demand=20, deadline_s=5, secure=True)
+    stack = StackConfig(
+        run_dir=out / "run", demand=20, deadline_s=5, secure=True,
+        broker=stack_broker.bootstrap or None, broker_kind=stack_broker.tuning or "auto",
+        kafka_users=dict(stack_broker.users or {}) or None,
+    )  # fmt: skip
     return await run_loadtest(cfg, stack)
 
 

@@ -17,13 +17,13 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
 
-from tests.e2e.harness import venn_up
+from tests.brokers import StackBroker
+from tests.e2e.harness import own_database, venn_up
 from tests.environment import clean_env
 from venn.auth.local import issuer, job_token
 from venn.broker import topics
 from venn.sdk import VennClient
-from venn.settings import Settings
-from venn.stack.local import stack_ports
+from venn.settings import Settings, stack_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -91,8 +91,11 @@ def post(port: int, path: str, body: bytes, token: str) -> tuple[int, dict[str, 
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Settings]:
-    with venn_up(tmp_path / "run") as (info, settings):
+def stack(stack_broker: StackBroker, pg_admin_url: str, tmp_path: Path) -> Iterator[Settings]:
+    with (
+        own_database(pg_admin_url) as url,
+        venn_up(tmp_path / "run", stack_broker, VENN_DATABASE_URL=url) as (info, settings),
+    ):
         # A client in the run dir finds the stack's secret.
         assert Settings.from_env(clean_env(info.run_dir)).auth_secret == settings.auth_secret
         yield settings

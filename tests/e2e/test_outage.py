@@ -18,21 +18,21 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from sqlalchemy import select
 
-from tests.e2e.harness import venn_up
+from devtools.brokers import start_detached, stop_detached
+from devtools.stack.capture import read_topics
+from devtools.stack.local import StackInfo, kafka_users
+from tests.e2e.harness import own_database, venn_up
 from tests.polling import wait_until
 from venn import events as ev
 from venn.audit.db import make_engine
 from venn.audit.models import RoundAudit
 from venn.auth.local import issuer, job_token
 from venn.broker import topics
-from venn.broker.local import start_detached, stop_detached
-from venn.broker.process import free_port
+from venn.net import free_port
 from venn.sdk import VennClient
 from venn.settings import Settings
-from venn.stack.capture import read_topics
-from venn.stack.local import StackInfo, kafka_users
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.own_broker]  # its broker stopped and restarted
 
 DEVICE = {"cpu_f": 9.0, "ram": 8.0, "fp16_mem": 8.0, "android_os": 12.0}
 
@@ -56,11 +56,17 @@ def http(
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Settings]]:
+def stack(
+    pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[StackInfo, Settings]]:
     """One `venn up` for the module: the dead-letter test first, then the outage (the
     broker's stop and restart) last."""
     run_dir = tmp_path_factory.mktemp("outage") / "run"
-    with venn_up(run_dir, VENN_SCHEDULER_WEB_PORT=str(free_port())) as stack:
+    port = str(free_port())
+    with (
+        own_database(pg_admin_url) as url,
+        venn_up(run_dir, VENN_SCHEDULER_WEB_PORT=port, VENN_DATABASE_URL=url) as stack,
+    ):
         yield stack
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from devtools.stack.demo import DemoConfig, DemoResult
+from tests.brokers import StackBroker
 from tests.e2e.harness import demo_run
 from tests.environment import clean_env
 from tests.report_checks import audit_figures, check_report, venn_report
-from venn.stack.demo import DemoConfig, DemoResult
 from venn.workloads import TIER_NAMES
 
 pytestmark = pytest.mark.e2e
@@ -41,7 +42,7 @@ job_id_prob: [1, 1]
 
 @pytest.fixture(scope="module")
 async def demo(
-    broker_kind: str, pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
+    stack_broker: StackBroker, pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[DemoResult]:
     """A finished demo whose audit rows stay in a database of its own."""
     here = tmp_path_factory.mktemp("report-demo")
@@ -57,7 +58,7 @@ async def demo(
         first_arrival_s=10.0,
         timeout_s=120.0,
     )
-    async with demo_run(config, pg_admin_url, here / "run", broker_kind) as result:
+    async with demo_run(config, pg_admin_url, here / "run", stack_broker) as result:
         yield result
 
 

@@ -23,6 +23,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from sqlalchemy import select
 
+from services.scheduler.inputs import inputs_group
+from tests.brokers import SessionBroker, StackBroker
 from tests.e2e.harness import venn_up
 from tests.environment import clean_env
 from venn import events as ev
@@ -30,11 +32,11 @@ from venn.audit.db import make_engine
 from venn.audit.models import JobAudit, RoundAudit
 from venn.auth.local import job_token
 from venn.broker import topics
-from venn.broker.process import free_port
+from venn.net import free_port
 from venn.sdk import VennClient
 from venn.settings import Settings
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.own_broker]  # venn up's own broker, down and up
 
 KAFKA: dict[str, Any] = {}
 """The operator's (admin) Kafka options of the stack under test: it signs in with SASL."""
@@ -69,10 +71,7 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **KAFKA)
     await consumer.start()
     try:
-        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        if not parts:
-            await consumer._client.force_metadata_update()
-            parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        parts = await topics.partitions_of(bootstrap, (topic,), KAFKA)
         ends = await consumer.end_offsets(parts)
         return {tp.partition: offset for tp, offset in ends.items()}
     finally:
@@ -262,7 +261,9 @@ def test_readme_steps_then_down_and_up_keeps_everything(tmp_path: Path) -> None:
             }
             jobs_end = await end_offsets(address, topics.JOBS)
             scheduler = {
-                p: await committed(address, "venn-scheduler", TopicPartition(topics.JOBS, p))
+                p: await committed(
+                    address, inputs_group("venn-scheduler"), TopicPartition(topics.JOBS, p)
+                )
                 for p in jobs_end
             }
             return markers, offsets, {p: jobs_end[p] - (c or 0) for p, c in scheduler.items()}
@@ -280,16 +281,22 @@ def test_readme_steps_then_down_and_up_keeps_everything(tmp_path: Path) -> None:
         venn(["down"], env_again, tmp_path)
 
 
-def test_a_worker_that_cannot_start_fails_venn_up_with_its_log(tmp_path: Path) -> None:
+def test_a_worker_that_cannot_start_fails_venn_up_with_its_log(
+    session_broker: SessionBroker, pg_url: str, tmp_path: Path
+) -> None:
     """A scheduler worker whose web port is taken exits at start: `venn up` says so, with
-    the end of its log, instead of waiting out its readiness timeout."""
+    the end of its log, instead of waiting out its readiness timeout. (On the session's
+    broker and database: what fails is the worker.)"""
+    shared = StackBroker.of(session_broker)
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = str(holder.getsockname()[1])
         with (
             pytest.raises(RuntimeError) as failure,
-            venn_up(tmp_path / "run", VENN_SCHEDULER_WEB_PORT=port),
+            venn_up(
+                tmp_path / "run", shared, VENN_SCHEDULER_WEB_PORT=port, VENN_DATABASE_URL=pg_url
+            ),
         ):
             pass
     message = str(failure.value)

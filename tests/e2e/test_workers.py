@@ -16,18 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from tests import invariants
-from tests.e2e.harness import DEMO, demo_run
-from venn.broker.process import free_port
-from venn.stack.demo import DemoHandles, DemoResult
-from venn.stack.local import service_env
-from venn.stack.processes import (
+from devtools.stack.demo import DemoHandles, DemoResult
+from devtools.stack.local import service_env
+from devtools.stack.processes import (
     deciding_workers,
     running_services,
     scheduler_spec,
     start_service,
     stop_pid,
 )
+from tests import invariants
+from tests.brokers import StackBroker
+from tests.e2e.harness import DEMO, demo_run
+from venn.net import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -101,12 +102,12 @@ async def decider(ports: dict[str, int], timeout: float = 60.0) -> str:
 
 @pytest.fixture(scope="module")
 async def run(
-    broker_kind: str, pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
+    stack_broker: StackBroker, pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Run]:
     run_dir = Path(tmp_path_factory.mktemp("workers-run"))
     handles, log, times, gone = DemoHandles(), list[str](), list[float](), list[str]()
     changes = asyncio.create_task(membership(handles, log, times, gone))
-    async with demo_run(CONFIG, pg_admin_url, run_dir, broker_kind, handles) as result:
+    async with demo_run(CONFIG, pg_admin_url, run_dir, stack_broker, handles) as result:
         await changes  # raises if a change could not be made
         # A successor that could not restore a row would decide blind: none may have.
         for path in run_dir.glob("scheduler*.log"):

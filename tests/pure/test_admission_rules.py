@@ -15,6 +15,7 @@ from venn.core.admission import (
     next_admissions,
     supply_seen,
 )
+from venn.core.estimate import Band
 from venn.core.model import JobSpec, Requirement
 from venn.core.registry import make_scheduler
 from venn.core.status import SchedulerStatus, scheduler_status
@@ -48,7 +49,7 @@ LIMITS = Limits(max_running_jobs=2, max_open_demand=100, min_checkins=200)
 IDLE = Load(0, 0)
 
 
-def never() -> float | None:
+def never() -> Band | None:
     raise AssertionError("no finish_by: no estimate is made")
 
 
@@ -113,28 +114,52 @@ def test_a_tenants_cap_on_open_demand_refuses_or_queues_its_jobs_only() -> None:
 def test_finish_by_refuses_with_the_estimate_or_admits_with_a_warning() -> None:
     status = snapshot(running=1)
     req = request(finish_by=status.time + 10.0)
-    end = estimate_submission(status, req)
-    assert end is not None and end > status.time + 10.0
+    band = estimate_submission(status, req)
+    assert band is not None and band.p50 > status.time + 10.0
+    end = band.p50
     seen = supply_seen(status, req.requirement)
-    d = decide(req, IDLE, seen, LIMITS, lambda: end)
+    d = decide(req, IDLE, seen, LIMITS, lambda: band)
     assert (d.verdict, d.reason, d.estimate) == ("refused", "finish_by_missed", end)
+    assert d.estimate_p90 == band.p90
     late = decide(request(finish_by=status.time + 10.0, accept_late=True), IDLE, seen, LIMITS,
-                  lambda: end)  # fmt: skip
+                  lambda: band)  # fmt: skip
     assert late.verdict == "admitted" and late.warning and late.estimate == end
-    ok = decide(request(finish_by=end + 1.0), IDLE, seen, LIMITS, lambda: end)
+    ok = decide(request(finish_by=end + 1.0), IDLE, seen, LIMITS, lambda: band)
     assert ok.verdict == "admitted" and ok.warning is None
 
 
 def test_the_estimate_of_a_submission_counts_the_jobs_it_shares_devices_with() -> None:
+    # The running jobs were all registered at once: no burst of arrivals to go on, so
+    # the band is the fluid model's point (P50 = P90).
     alone = estimate_submission(snapshot(running=0), request())
     behind = estimate_submission(snapshot(running=3), request(rounds=50))
     small = estimate_submission(snapshot(running=3), request(rounds=1))
     assert alone is not None and behind is not None and small is not None
     # 5 rounds of 10 devices at 0.25/s (40 s) plus 20 s of latency each.
-    assert alone - 1000.0 == pytest.approx(5 * 60.0)
+    assert alone.p50 - 1000.0 == pytest.approx(5 * 60.0)
+    assert alone.p90 == alone.p50
     # A 50-round job goes after the three 20-round ones; a 1-round job before them.
-    assert behind - 1000.0 > 50 * 60.0
-    assert small - 1000.0 == pytest.approx(60.0, rel=0.2)
+    assert behind.p50 - 1000.0 > 50 * 60.0
+    assert small.p50 - 1000.0 == pytest.approx(60.0, rel=0.2)
+
+
+def test_jobs_arriving_in_a_burst_widen_a_submissions_band() -> None:
+    # Three small jobs registered 100 s apart: the burst may go on, and each later small
+    # job goes ahead of a long one, so its P90 is later than its P50 and than no-arrivals.
+    core = make_scheduler("venn", track_devices=False)
+    for i in range(3):
+        spec = JobSpec(f"r{i}", Requirement.of(ram=2.0), 10, 2, 300.0, workload_s=20.0)
+        core.add_job(spec, 700.0 + 100.0 * i)
+    mix = AttributeMix()
+    attrs = [{"ram": 4.0 if i % 4 == 0 else 1.0} for i in range(1000)]
+    for a in attrs:
+        mix.observe(a)
+    slots = np.array([core.index.slot_for_attrs(a) for a in attrs])
+    core.observe_many(slots, np.arange(1000, dtype=np.float64))
+    status = scheduler_status(core, core.table(1000.0), 1000.0, "w", "venn", mix)
+    assert len(status.arrivals) == 3
+    band = estimate_submission(status, request(rounds=50))
+    assert band is not None and band.p90 > band.p50
 
 
 def test_queued_jobs_are_admitted_in_order_as_limits_free_up() -> None:

@@ -1,7 +1,7 @@
 """One home for settings: only venn/settings.py reads a VENN_ variable from the environment.
 
 Every other module takes its configuration from `venn.settings.Settings` (a section of it
-for a component's own options). Product code (venn, services, bench, loadtest, migrations)
+for a component's own options). Product code (venn, services, devtools, bench, loadtest, migrations)
 reads no VENN_ variable at all; a test may read a knob of the test harness
 (VENN_TEST_BROKER_KIND, VENN_REQUIRE_COMPOSE) but not a setting.
 """
@@ -15,7 +15,7 @@ from venn.settings import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = ROOT / "venn" / "settings.py"
-PRODUCT = ("venn", "services", "bench", "loadtest", "migrations")
+PRODUCT = ("venn", "services", "devtools", "bench", "loadtest", "migrations")
 SETTINGS = frozenset(d.env for d in describe())
 READERS = ("get", "pop", "setdefault", "getenv")
 

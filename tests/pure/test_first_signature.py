@@ -72,12 +72,10 @@ def test_status_timer_before_the_first_checkin() -> None:
             deadline_s=60,
             workload_s=5,
         ),
-        0,
         NOW,
     )
     s.on_job_event(
         ev.RoundRequested(event_id="rr", time=NOW, job_id="probe", round_index=0, demand=1000),
-        0,
         NOW,
     )
     sent: list[bytes] = []

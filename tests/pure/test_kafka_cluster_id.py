@@ -1,4 +1,4 @@
-"""KRaft cluster ids (venn.broker.kafka.new_cluster_id): the storage tool reads an id that
+"""KRaft cluster ids (devtools.kafka.new_cluster_id): the storage tool reads an id that
 begins with '-' as an option, so such ids must never be made (one Kafka start in 64 failed
 with "argument --cluster-id/-t: expected one argument")."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 
-from venn.broker.kafka import new_cluster_id
+from devtools.kafka import new_cluster_id
 
 
 def test_cluster_ids_are_uuids_that_never_begin_with_a_dash() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from venn.broker.process import free_port, port_free
+from venn.net import free_port, port_free
 
 
 def _time_wait_port() -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from venn.report.results_page import write_block
+from bench.common import write_block
 
 
 def test_a_block_is_created_appended_and_replaced_keeping_the_hand_written_text(

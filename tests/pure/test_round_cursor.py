@@ -147,17 +147,18 @@ def test_the_worker_assigns_nothing_to_a_round_closed_before_its_request_was_rea
     """venn.jobs and venn.rounds are read by separate agents: a worker catching up may
     read a round's close first. Before the shared rules it opened that round on the
     request read next, and assigned devices to a round whose coordinator had moved on."""
-    jobs: dict[str, Any] = {}
+    jobs: dict[bytes, Any] = {}
     s = SchedulerState(SchedulerSettings(policy="fifo"), MemoryStore(jobs))
     s.ensure_loaded(NOW)
     registered, requested, closed = job_events()
-    s.on_job_event(registered, 0, NOW)
-    assert s.on_round_event(closed, 0, NOW)
-    s.on_job_event(requested, 0, NOW)
+    s.on_job_event(registered, NOW)
+    assert s.on_round_event(closed, NOW)
+    s.on_job_event(requested, NOW)
     checkin = ev.DeviceCheckin(
         event_id="c", time=NOW, device_id="d", attrs={"ram": 8.0}, speed_ms_per_sample=60.0,
         bandwidth_kbps=12000.0,
     )  # fmt: skip
     assert s.on_checkin(checkin, NOW) is None
     assert s.core.jobs["j"].attempts == 1
-    assert jobs["j"]["core"]["rounds"]["closed"] == {"below": 1, "above": []}
+    stored = msgspec.json.decode(jobs[b'"j"'])
+    assert stored["core"]["rounds"]["closed"] == {"below": 1, "above": []}

@@ -43,7 +43,16 @@ def fingerprint(r) -> list:
             j.spec.job_id,
             j.finished_at,
             [
-                (x.attempt, x.filled_at, x.closed_at, x.assigned, x.results, x.succeeded)
+                (
+                    x.attempt,
+                    x.filled_at,
+                    x.closed_at,
+                    x.assigned,
+                    x.results,
+                    x.succeeded,
+                    x.stragglers,
+                    x.surplus,
+                )
                 for x in j.rounds
             ],
         )
@@ -78,6 +87,18 @@ def test_fast_equals_event_when_rounds_are_restricted_and_lifted(policy: str) ->
 
 def test_fast_equals_event_with_fairness() -> None:
     assert fingerprint(run("venn", "fast", eps=2.0)) == fingerprint(run("venn", "event", eps=2.0))
+
+
+def test_the_waste_breakdown_counts_every_assignment_once() -> None:
+    r = run("venn", "fast")
+    w = summarise(r)["waste"]
+    parts = ("counted", "stragglers", "failed_tasks", "failed_rounds_starved",
+             "failed_rounds_filled", "open_at_end")  # fmt: skip
+    assert sum(w[p] for p in parts) == w["assignments"] == r.assignments > 0
+    assert 0 <= w["surplus"] <= w["stragglers"]
+    assert w["failed_rounds_tasks"] <= w["failed_rounds_starved"] + w["failed_rounds_filled"]
+    needed = sum(j.spec.results_needed * j.succeeded_rounds for j in r.jobs)
+    assert w["counted"] == needed
 
 
 def test_every_job_finishes_and_metrics_are_sane() -> None:

@@ -172,6 +172,8 @@ def history_row(event: Event) -> dict[str, Any] | None:
     elif isinstance(event, JobExpired):
         kind, detail = "expired", event.reason
     elif isinstance(event, JobAdmission):
+        if event.registration is not None and event.decision == "admitted":
+            return None  # the scheduler confirming a registration: the `registered` row says it
         kind, detail = event.decision, event.reason
         if event.estimate is not None:
             detail = f"{detail}; estimated completion at {event.estimate:.0f}"

@@ -20,7 +20,8 @@ as before (`venn.broker.stream.produced_at`).
 from __future__ import annotations
 
 from venn import events as ev
-from venn.auth.tokens import AuthError, Claims, Tokens
+from venn.auth.tokens import AuthError, Claims, Tokens, subject_of
+from venn.core.model import DEFAULT_TENANT
 
 JOB_EVENTS = (
     ev.JobRegistered,
@@ -55,3 +56,15 @@ def check_job_event(
         # A job's tenant is its owner's: a job token cannot spend another tenant's share.
         raise AuthError(403, "forbidden", f"this token may not register for tenant {tenant!r}")
     return claims
+
+
+def tenant_of(event: ev.JobRegistered) -> str:
+    """A registration's tenant, for every reader alike: the one it names (the rule above
+    lets a job token name only its owner), else its token's owner, else (no token: a
+    deployment without authentication) the default tenant. A registration that named none
+    was filed under the default tenant, outside its owner's share and cap (issue 34,
+    item 6). Read after the rule admitted the event, so the token's subject is its own."""
+    if event.tenant:
+        return event.tenant
+    subject = subject_of(event.token) if event.token else None
+    return subject or DEFAULT_TENANT

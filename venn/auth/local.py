@@ -10,6 +10,8 @@ from venn.auth.tokens import GivenTokens, Tokens
 from venn.settings import Settings
 
 JOB_TOKEN_TTL_S = 7 * 86400.0
+DASHBOARD_TOKEN_TTL_S = 12 * 3600.0
+"""Lifetime of the operator token in the dashboard URL `venn up` prints."""
 
 
 def issuer(settings: Settings) -> Tokens | None:
@@ -33,3 +35,19 @@ def verifier(settings: Settings, token: str | None) -> Tokens | None:
     if tokens is not None or token is None:
         return tokens
     return GivenTokens([token])
+
+
+def dashboard_url(
+    settings: Settings, port: int | None = None, ttl_s: float = DASHBOARD_TOKEN_TTL_S
+) -> str:
+    """The gateway's dashboard page (``port``: the gateway's, default VENN_GATEWAY_PORT).
+    With authentication it carries a fresh operator token in the URL fragment, which a
+    browser never sends to a server; the page moves it into the tab's sessionStorage."""
+    host = settings.gateway.host
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    host = f"[{host}]" if ":" in host else host
+    url = f"http://{host}:{port or settings.gateway.port}/"
+    if settings.auth_enabled:
+        token = Tokens(settings.auth_secret).issue("admin", "dashboard", ttl_s=ttl_s)
+        url += f"#token={token}"
+    return url

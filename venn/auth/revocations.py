@@ -15,7 +15,6 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from venn import events as ev
 from venn.auth.tokens import Revocations
 from venn.broker import topics
-from venn.broker.faust_adapter import refresh_metadata
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +36,7 @@ async def follow_revocations(
             parts = [
                 TopicPartition(topics.REVOCATIONS, p)
                 for p in sorted(consumer.partitions_for_topic(topics.REVOCATIONS) or ())
-            ]
-            if not parts:
-                await refresh_metadata(consumer)
-                parts = [
-                    TopicPartition(topics.REVOCATIONS, p)
-                    for p in sorted(consumer.partitions_for_topic(topics.REVOCATIONS) or ())
-                ]
+            ] or await topics.partitions_of(bootstrap, (topics.REVOCATIONS,), consumer_options)
             consumer.assign(parts)
             await consumer.seek_to_beginning(*parts)
             while True:

@@ -11,6 +11,8 @@ Kinds and what they allow:
 - ``job``: register, request rounds of, close, finish and cancel the jobs listed in
   ``jobs`` (an id, or a prefix ending in ``*``); a token of job A cannot touch job B;
 - ``enroll``: enrol devices (given to whoever provisions a fleet);
+- ``gateway``: vouch for the supply counts of the gateway named in ``sub`` (a gateway
+  issues its own, short-lived, for its supply reports);
 - ``admin``: everything.
 """
 
@@ -24,8 +26,8 @@ from typing import Any, Literal, cast
 
 import jwt
 
-Kind = Literal["device", "job", "enroll", "admin"]
-KINDS: tuple[Kind, ...] = ("device", "job", "enroll", "admin")
+Kind = Literal["device", "job", "enroll", "gateway", "admin"]
+KINDS: tuple[Kind, ...] = ("device", "job", "enroll", "gateway", "admin")
 ALGORITHM = "HS256"
 ISSUER = "venn"
 MIN_SECRET_BYTES = 32  # HS256 wants a key at least as long as its output
@@ -98,6 +100,14 @@ class Revocations:
         return isinstance(token_id, str) and token_id in self.since
 
 
+_Verified = tuple[Kind, str, str, float, tuple[str, ...], float]
+"""A verified token's kind, subject, id, expiry, jobs and issue time: a tuple of strings
+and numbers, which the garbage collector stops tracking, where a `Claims` and its pair were
+two objects it traversed at every full collection per remembered token (a gateway that
+had seen 50,000 devices spent about half of each full collection on them: issue 34, the
+flood)."""
+
+
 class Tokens:
     """Issues and checks the deployment's tokens."""
 
@@ -111,7 +121,7 @@ class Tokens:
             raise ValueError(f"VENN_AUTH_SECRET must be at least {MIN_SECRET_BYTES} bytes")
         self._secret = secret
         self.revocations = revocations or Revocations()
-        self._verified: dict[str, tuple[Claims, float]] = {}
+        self._verified: dict[str, _Verified] = {}
         """Token -> its claims and issue time, for tokens whose signature and format were
         verified: the same string verifies the same way, so only what changes with time
         (expiry, revocation) is judged again. Oldest entries go first past ``cache_size``."""
@@ -149,19 +159,20 @@ class Tokens:
         if not token:
             raise AuthError(401, "missing_token", "send Authorization: Bearer <token>")
         when = time.time() if at is None else at
-        claims, issued_at = self._verified.get(token) or self._verify(token)
-        if claims.expires_at <= when:
+        kind, subject, token_id, expires_at, jobs, issued_at = self._verified.get(
+            token
+        ) or self._verify(token)
+        if expires_at <= when:
             raise AuthError(401, "expired_token", "the token has expired")
         if issued_at > when + CLOCK_SKEW_S:
             raise AuthError(401, "invalid_token", "the token was issued after this was sent")
-        kind = claims.kind
-        if self.revocations.revoked(claims.token_id, at):
+        if self.revocations.revoked(token_id, at):
             raise AuthError(401, "revoked_token", "the token has been revoked")
         if kind != "admin" and kinds and kind not in kinds:
             raise AuthError(403, "forbidden", f"a {kind} token cannot do this")
-        return claims
+        return Claims(kind, subject, token_id, expires_at, jobs)
 
-    def _verify(self, token: str) -> tuple[Claims, float]:
+    def _verify(self, token: str) -> _Verified:
         """The claims and issue time of a well-formed token signed with the secret (cached);
         AuthError 401 if it is not one."""
         try:
@@ -173,18 +184,19 @@ class Tokens:
         kind = raw.get("kind")
         if kind not in KINDS:
             raise AuthError(401, "invalid_token", "the token has no known kind")
-        claims = Claims(
-            kind=cast(Kind, kind),
-            subject=str(raw["sub"]),
-            token_id=str(raw["jti"]),
-            expires_at=expires_at,
-            jobs=tuple(str(j) for j in raw.get("jobs") or ()),
+        verified: _Verified = (
+            cast(Kind, kind),
+            str(raw["sub"]),
+            str(raw["jti"]),
+            expires_at,
+            tuple(str(j) for j in raw.get("jobs") or ()),
+            issued_at,
         )
         if self._cache_size > 0:
             if len(self._verified) >= self._cache_size:
                 del self._verified[next(iter(self._verified))]
-            self._verified[token] = (claims, issued_at)
-        return claims, issued_at
+            self._verified[token] = verified
+        return verified
 
     def _decode(self, token: str) -> dict[str, Any]:
         """The claims of a token signed with the secret (InvalidTokenError if not). exp and

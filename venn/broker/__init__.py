@@ -1,20 +1,3 @@
-"""Kafka-side plumbing: the local brokers (Apache Kafka, Tansu) and the topic catalogue."""
-
-from venn.broker.kafka import KafkaBroker, kafka_version
-from venn.broker.local import local_broker, resolve_kind, start_detached, stop_detached
-from venn.broker.tansu import TansuBroker, tansu_binary
-from venn.broker.topics import ALL_TOPICS, delete_topics, ensure_topics
-
-__all__ = [
-    "ALL_TOPICS",
-    "KafkaBroker",
-    "TansuBroker",
-    "delete_topics",
-    "ensure_topics",
-    "kafka_version",
-    "local_broker",
-    "resolve_kind",
-    "start_detached",
-    "stop_detached",
-    "tansu_binary",
-]
+"""Kafka-side plumbing of the services: the topic catalogue, principals and ACLs, client
+tuning, publishing, stream judgement, health. The local brokers that `venn up` starts are
+`devtools`, not the library."""

@@ -34,8 +34,12 @@ class TopicFollower:
         self.settings = settings
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._ends: dict[TopicPartition, int] = {}
         self.failed = 0
         """Records whose `offer` raised (skipped)."""
+        self.caught_up = asyncio.Event()
+        """Set once every record the topic held at `start` was offered (or it may not be
+        read)."""
 
     def offer(self, raw: bytes | None) -> None:
         raise NotImplementedError
@@ -63,6 +67,7 @@ class TopicFollower:
         parts = [TopicPartition(self.topic, p) for p in range(counts[self.topic])]
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
+        self._ends = await consumer.end_offsets(parts)
         self._task = asyncio.create_task(self._follow(consumer), name=f"follow-{name}")
 
     async def _follow(self, consumer: AIOKafkaConsumer) -> None:
@@ -73,6 +78,7 @@ class TopicFollower:
                 raise
             except TopicAuthorizationFailedError:
                 if self.refused():
+                    self.caught_up.set()
                     return
                 await asyncio.sleep(RETRY_S)
                 continue
@@ -91,6 +97,10 @@ class TopicFollower:
                         log.exception(
                             "%s[%d]@%d could not be used; skipped", m.topic, m.partition, m.offset
                         )
+            if not self.caught_up.is_set():
+                positions = [(tp, await consumer.position(tp)) for tp in self._ends]
+                if all(at >= self._ends[tp] for tp, at in positions):
+                    self.caught_up.set()
 
     async def stop(self) -> None:
         await stop_reader(self._task, self._consumer)

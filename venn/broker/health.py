@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from venn.broker.process import metadata_brokers, split_address
 from venn.broker.security import Credentials, librdkafka_options
+from venn.net import split_address
 
 log = logging.getLogger(__name__)
 
@@ -108,3 +110,35 @@ class BrokerWatch:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+_METADATA = 3
+_METADATA_VERSION = 4  # supported by Tansu and by Apache Kafka 4 (which removed v0-v3)
+
+
+def metadata_brokers(host: str, port: int, timeout: float) -> int | None:
+    """Ask a Kafka-protocol broker for metadata on no topic (so nothing is auto-created);
+    the number of brokers it knows, or None when it does not answer."""
+    client_id = b"venn-probe"
+    body = struct.pack(">hhih", _METADATA, _METADATA_VERSION, 1, len(client_id)) + client_id
+    body += struct.pack(">i?", 0, False)  # topics: empty array; allow_auto_topic_creation
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            size, correlation = struct.unpack(">ii", _recv_exact(s, 8))
+            if correlation != 1 or size < 12:
+                return None
+            _throttle, brokers = struct.unpack(">ii", _recv_exact(s, 8))
+            return int(brokers)
+    except OSError:
+        return None
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise OSError("connection closed")
+        buf += chunk
+    return buf

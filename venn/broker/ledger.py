@@ -8,8 +8,9 @@ the only offset that may be committed (a commit past it would lose the record fo
 the process dies), and the position that lag and stall detection compare with the high
 watermark. `forget` drops a partition that was revoked.
 
-Offsets are dense on Venn's input topics (no compaction, no transaction markers), so a
-partition whose next offset never comes stays uncommittable: a stall to be seen, never a
+A reader that knows the log no longer holds some offsets (compaction, transaction markers:
+its consumer skipped from one record to a later one) says so with `absent`; any other
+offset that never comes leaves its partition uncommittable: a stall to be seen, never a
 silent loss. Pure logic; the counts are exposed by the services (`observe`).
 """
 
@@ -87,6 +88,16 @@ class OffsetLedger:
         if self.observe is not None:
             self.observe(topic, partition, outcome)
         return True
+
+    def absent(self, topic: str, partition: int, upto: int) -> None:
+        """The log holds no record from the next offset up to ``upto`` (excluded): the
+        reader's consumer went from one record straight to ``upto``."""
+        part = self._parts.get((topic, partition))
+        if part is None or part.next is None or part.next >= upto:
+            return
+        part.next = upto
+        part.ahead = {o for o in part.ahead if o >= upto}
+        part.advance()
 
     def next_offset(self, topic: str, partition: int) -> int | None:
         """The lowest offset not accounted for (None before `begin`): what may be committed."""

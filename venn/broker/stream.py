@@ -274,6 +274,9 @@ class EventStream:
     """Raises `Unusable` (or InvalidEvent) for an event no reader may use (`authorized`)."""
     dead_letters_topic: str = topics.DEAD_LETTERS
     stats: StreamStats = field(default_factory=StreamStats)
+    written: Callable[[str], bool] | None = None
+    """Whether the dead letter of this id is on the topic already: a reader that reads its
+    input from the beginning at every start writes each record's letter once."""
     _sending: set[asyncio.Future[object]] = field(default_factory=set)
     _failure: BaseException | None = None
     """The first letter not stored since the last flush."""
@@ -330,6 +333,9 @@ class EventStream:
         await self.reject(record, Refused(reason, kind))
 
     async def _dead_letter(self, record: Record, reason: str) -> None:
+        letter_id = ev.dead_letter_id(record.topic, record.partition, record.offset)
+        if self.written is not None and self.written(letter_id):
+            return
         log.warning(
             "dead letter %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason
         )

@@ -1,4 +1,5 @@
-"""Every Venn topic name, and their preparation (`prepare_topics`).
+"""Every Venn topic name, and their creation (`ensure_topics`; a stack's, with the
+scheduler's changelogs, is `venn.broker.prepare.prepare_topics`).
 
 Tansu auto-creates an unknown topic with 4 partitions as soon as anyone produces to it or
 asks for its metadata; Faust then crash-loops on a partition mismatch between a table's
@@ -11,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
-
-if TYPE_CHECKING:
-    from venn.settings import Settings
 
 CHECKINS = "venn.checkins"
 """Device check-ins. Key: device_id."""
@@ -120,7 +119,7 @@ class TopicError(RuntimeError):
     pass
 
 
-SCHEDULER_TABLES: tuple[str, ...] = ("jobs", "round")
+SCHEDULER_TABLES: tuple[str, ...] = ("jobs", "round", "decided")
 """The scheduler's Faust tables (``services.scheduler``): each has a changelog topic, which
 must exist, with the inputs' partition count, before a worker starts."""
 
@@ -136,21 +135,6 @@ def changelog_topic(app_id: str, table: str) -> str:
 def scheduler_changelogs(app_id: str) -> list[str]:
     """The changelog topics of the scheduler app ``app_id`` (VENN_APP_ID)."""
     return [changelog_topic(app_id, table) for table in SCHEDULER_TABLES]
-
-
-async def prepare_topics(settings: Settings) -> dict[str, int]:
-    """Create every Venn topic and the scheduler's changelogs with one partition count
-    (as the admin principal where the broker is secured: `Settings.for_role`); idempotent.
-    Run it before any service starts (`venn up`, `venn prepare`, the demo, the tests)."""
-    from venn.broker.security import ADMIN  # security imports this module
-
-    admin = settings.for_role(ADMIN)
-    return await ensure_topics(
-        admin.broker,
-        admin.topic_partitions,
-        extra=scheduler_changelogs(admin.app_id),
-        options=admin.kafka_options,
-    )
 
 
 def prefixed(prefix: str, names: Iterable[str] = ALL_TOPICS) -> list[str]:
@@ -169,6 +153,23 @@ async def topic_partitions(admin: AIOKafkaAdminClient) -> dict[str, int]:
     """Partition count of every existing topic (asks for all topics: no auto-creation)."""
     metadata = await admin.describe_topics(None)
     return {t["topic"]: len(t["partitions"]) for t in metadata}
+
+
+async def partitions_of(
+    bootstrap: str, names: Iterable[str], options: Mapping[str, Any] | None = None
+) -> list[TopicPartition]:
+    """Every partition of the named topics, as the cluster has them now (a consumer's own
+    metadata knows only the topics it has fetched metadata for); none of a topic that does
+    not exist."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="venn-admin", **dict(options or {})
+    )
+    await admin.start()
+    try:
+        counts = await topic_partitions(admin)
+    finally:
+        await admin.close()
+    return [TopicPartition(name, p) for name in names for p in range(counts.get(name, 0))]
 
 
 async def leaderless(admin: AIOKafkaAdminClient, names: Iterable[str]) -> set[str]:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from venn.auth import Tokens
-from venn.settings import Settings
-from venn.stack.local import stack_ports
+from venn.settings import Settings, stack_ports
 
 ADMIN_TTL_S = 600.0
 RETRY_429_S = 10.0

@@ -59,7 +59,9 @@ def _estimate(job: dict[str, Any]) -> str:
     remaining = job.get("estimated_remaining_s")
     if remaining is None:
         return "never at this supply" if job.get("estimate_state") == "never" else "-"
-    return f"in {_duration(remaining)}"
+    late = job.get("estimated_remaining_p90_s")
+    band = f" (P90 {_duration(late)})" if late is not None else ""
+    return f"in {_duration(remaining)}{band}"
 
 
 def _job_line(job: dict[str, Any]) -> list[str]:
@@ -158,8 +160,11 @@ def submit(
         said = "submitted" if answer["created"] else "already there"
         typer.echo(f"job {answer['job_id']} {said}")
     if answer.get("estimated_finish") is not None:
-        remaining = max(0.0, answer["estimated_finish"] - time.time())
-        typer.echo(f"estimated to finish in {_duration(remaining)}")
+        now = time.time()
+        remaining = max(0.0, answer["estimated_finish"] - now)
+        late = answer.get("estimated_finish_p90")
+        band = f" (P90 {_duration(max(0.0, late - now))})" if late is not None else ""
+        typer.echo(f"estimated to finish in {_duration(remaining)}{band}")
     if answer.get("warning"):
         typer.echo(f"warning: {answer['warning']}")
     if answer.get("token"):

@@ -1,9 +1,14 @@
-"""``venn up``, ``venn down`` and ``venn demo``: the local stack on embedded defaults."""
+"""``venn up``, ``venn down`` and ``venn demo``: the local stack on embedded defaults.
+
+The stack itself is `devtools.stack`, outside the library: these commands are the one place
+in `venn` that imports `devtools`, and only inside the command that needs it, so that the
+rest of the CLI (and `import venn.cli`) never loads a launcher (docs/architecture.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -11,9 +16,17 @@ from rich.console import Console
 from rich.live import Live
 
 from venn.settings import Settings
-from venn.stack.demo import DemoConfig
 
-_DEMO = DemoConfig()
+
+def _demo_default(name: str) -> Callable[[], object]:
+    """The default of a `venn demo` option: that of `DemoConfig`, read when the command runs."""
+
+    def default() -> object:
+        from devtools.stack.demo import DemoConfig
+
+        return getattr(DemoConfig(), name)
+
+    return default
 
 
 def up(
@@ -25,7 +38,7 @@ def up(
     ] = 1,
 ) -> None:
     """Start the embedded stack detached: broker, topics, DB migrations, scheduler, recorder."""
-    from venn.stack.local import up as stack_up
+    from devtools.stack.local import up as stack_up
 
     info = stack_up(Settings.from_env(), policy, seed, workers=workers)
     console = Console()
@@ -39,7 +52,8 @@ def up(
 
 def _dashboard_url(ttl_s: float | None = None) -> str:
     """The dashboard of the gateway of VENN_RUN_DIR's stack, with an operator token."""
-    from venn.stack.local import DASHBOARD_TOKEN_TTL_S, dashboard_url, stack_ports
+    from venn.auth.local import DASHBOARD_TOKEN_TTL_S, dashboard_url
+    from venn.settings import stack_ports
 
     settings = Settings.from_env()
     port = stack_ports(settings.run_dir).get("gateway", settings.gateway.port)
@@ -60,25 +74,40 @@ def down(
     timeout: Annotated[float, typer.Option(help="Seconds before SIGKILL.")] = 10.0,
 ) -> None:
     """Stop everything `venn up` started (SIGTERM, then SIGKILL after the timeout)."""
-    from venn.stack.local import down as stack_down
+    from devtools.stack.local import down as stack_down
 
     stopped = stack_down(Settings.from_env(), timeout)
     Console().print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
 
 
 def demo(
+    *,
     workload: Annotated[str, typer.Option(help="Workload name or YAML path.")] = "demo",
     policy: Annotated[str, typer.Option(help="random|fifo|srsf|venn|venn-sched|venn-match")] = (
         "venn"
     ),
-    jobs: Annotated[int, typer.Option(help="Number of jobs to sample.")] = _DEMO.jobs,
-    speedup: Annotated[float, typer.Option(help="Trace seconds per wall second.")] = _DEMO.speedup,
-    rate: Annotated[float, typer.Option(help="Device check-ins per trace second.")] = (
-        _DEMO.rate_per_s
-    ),
+    jobs: Annotated[
+        int, typer.Option(default_factory=_demo_default("jobs"), help="Number of jobs to sample.")
+    ],
+    speedup: Annotated[
+        float,
+        typer.Option(
+            default_factory=_demo_default("speedup"), help="Trace seconds per wall second."
+        ),
+    ],
+    rate: Annotated[
+        float,
+        typer.Option(
+            default_factory=_demo_default("rate_per_s"), help="Device check-ins per trace second."
+        ),
+    ],
     arrival_scale: Annotated[
-        float, typer.Option(help="Factor on the workload's inter-arrival gaps.")
-    ] = _DEMO.arrival_scale,
+        float,
+        typer.Option(
+            default_factory=_demo_default("arrival_scale"),
+            help="Factor on the workload's inter-arrival gaps.",
+        ),
+    ],
     database_url: Annotated[
         str, typer.Option(help="Audit DB URL (default: an embedded PostgreSQL in a temp dir).")
     ] = "",  # VENN_DATABASE_URL when set
@@ -94,8 +123,8 @@ def demo(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run a workload end to end on a private embedded stack, with live progress."""
-    from venn.stack.demo import DemoConfig, DemoHandles, run_demo
-    from venn.stack.progress import ProgressView, result_table
+    from devtools.stack.demo import DemoConfig, DemoHandles, run_demo
+    from devtools.stack.progress import ProgressView, result_table
 
     settings = Settings.from_env(running=False)  # the demo's stack is its own
     config = DemoConfig(
@@ -151,8 +180,8 @@ def prepare(
     cannot be made with the storage) it also makes the service principals' SCRAM users and
     grants their ACLs (venn.broker.security), idempotently.
     """
-    from venn.broker.topics import prepare_topics
-    from venn.stack.local import prepare as prepare_all
+    from venn.audit.migrate import upgrade_database
+    from venn.broker.prepare import prepare_topics
 
     settings = Settings.from_env()
     console = Console()
@@ -161,10 +190,9 @@ def prepare(
         console.print(
             f"users {', '.join(users)} and {acls} ACLs ready on {settings.broker}", soft_wrap=True
         )
+    asyncio.run(prepare_topics(settings))
     if migrate:
-        prepare_all(settings)
-    else:
-        asyncio.run(prepare_topics(settings))
+        upgrade_database(settings.database_url)
     console.print(f"topics ready on {settings.broker}")
 
 

@@ -26,8 +26,9 @@ from typing import Literal
 
 import numpy as np
 
+from venn.core.arrivals import Arrival, ArrivalModel
 from venn.core.eligibility import EligibilityIndex
-from venn.core.estimate import JobLoad, SupplyView, completion_times
+from venn.core.estimate import Band, JobLoad, SupplyView, completion_bands
 from venn.core.model import DEFAULT_TENANT, Requirement
 from venn.core.status import SchedulerStatus
 
@@ -103,9 +104,11 @@ class Decision:
     reason: Reason
     detail: str
     estimate: float | None = None
-    """Estimated completion (the caller's clock) when one was made; None: none made, or
-    the job cannot finish at the current supply."""
+    """Estimated completion (the caller's clock, the band's P50) when one was made; None:
+    none made, or the job cannot finish at the current supply."""
     warning: str | None = None
+    estimate_p90: float | None = None
+    """The same estimate's P90 (None: none made, or not at the current supply)."""
     counts: dict[str, float] = field(default_factory=dict)
 
 
@@ -178,12 +181,12 @@ def decide(
     load: Load,
     seen: SupplySeen,
     limits: Limits,
-    estimate: Callable[[], float | None] | None,
+    estimate: Callable[[], Band | None] | None,
 ) -> Decision:
-    """Admit, queue or refuse ``req``. ``estimate`` gives its completion with it admitted
-    now (None: it cannot finish at the current supply); it is called only if the owner
-    gave ``finish_by``. Without one (no snapshot of the scheduler yet) ``finish_by`` is
-    not judged: the job is admitted with a warning."""
+    """Admit, queue or refuse ``req``. ``estimate`` gives its completion band with it
+    admitted now (None: it cannot finish at the current supply); it is called only if the
+    owner gave ``finish_by``, which its P50 must meet. Without one (no snapshot of the
+    scheduler yet) ``finish_by`` is not judged: the job is admitted with a warning."""
     problem = supply_problem(req, seen, limits) or limit_problem(req, load, limits)
     if problem is not None:
         if req.queue:
@@ -194,14 +197,19 @@ def decide(
     if estimate is None:
         warning = "finish_by not judged: no estimate yet (no snapshot from the scheduler)"
         return Decision("admitted", "admitted", "admitted", warning=warning)
-    end = estimate()
+    band = estimate()
+    end = band.p50 if band is not None else None
+    late = band.p90 if band is not None and math.isfinite(band.p90) else None
     if end is not None and end <= req.finish_by:
-        return Decision("admitted", "admitted", f"estimated to finish at {end:.0f}", end)
+        detail = f"estimated to finish at {end:.0f}"
+        return Decision("admitted", "admitted", detail, end, estimate_p90=late)
     said = "cannot finish at the current supply" if end is None else f"estimated at {end:.0f}"
     detail = f"finish_by {req.finish_by:.0f} missed: {said}"
     if req.accept_late:
-        return Decision("admitted", "admitted", "admitted late", end, warning=detail)
-    return Decision("refused", "finish_by_missed", detail, end)
+        return Decision(
+            "admitted", "admitted", "admitted late", end, warning=detail, estimate_p90=late
+        )
+    return Decision("refused", "finish_by_missed", detail, end, estimate_p90=late)
 
 
 def next_admissions(
@@ -227,10 +235,11 @@ def next_admissions(
     return out
 
 
-def estimate_submission(status: SchedulerStatus | None, req: Request) -> float | None:
-    """``req``'s estimated completion if admitted at the snapshot's time, with the jobs the
-    snapshot holds (the fluid model of ``venn.core.estimate`` on the snapshot's supply
-    mix); None: it cannot finish at that supply, or there is no snapshot."""
+def estimate_submission(status: SchedulerStatus | None, req: Request) -> Band | None:
+    """``req``'s completion band if admitted at the snapshot's time, with the jobs the
+    snapshot holds and scenarios of the jobs expected after it, drawn from the arrivals
+    the snapshot lists (the model of ``venn.core.estimate`` on the snapshot's supply mix);
+    None: its P50 is not at that supply, or there is no snapshot."""
     if status is None:
         return None
     index = EligibilityIndex()
@@ -252,11 +261,25 @@ def estimate_submission(status: SchedulerStatus | None, req: Request) -> float |
     new = JobLoad(
         req.job_id,
         mine,
-        float(req.rounds * req.demand),
+        float(req.rounds * req.demand) * status.waste,
         req.demand,
         req.needed,
         req.deadline_s,
         latency,
     )
-    end = completion_times(supply, [*jobs, new], status.time)[req.job_id]
-    return end if math.isfinite(end) else None
+    requirements = index.requirements
+    seen = [
+        Arrival(a.time, requirements[groups[a.group]], a.demand, a.rounds, a.needed, a.deadline_s)
+        for a in status.arrivals
+        if a.group in groups
+    ]
+    band = completion_bands(
+        supply,
+        [*jobs, new],
+        status.time,
+        ArrivalModel(seen),
+        requirements,
+        status.waste,
+        only=[req.job_id],
+    )[req.job_id]
+    return band if math.isfinite(band.p50) else None

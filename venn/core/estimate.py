@@ -36,8 +36,13 @@ from itertools import chain
 
 import numpy as np
 
+from venn.core.arrivals import Arrival, ArrivalModel
 from venn.core.irs import irs_plan
+from venn.core.model import Requirement
 from venn.core.scheduler import Scheduler
+
+BAND_SAMPLES = 16
+"""Scenarios of later arrivals an estimate band is made of."""
 
 
 @dataclass(frozen=True)
@@ -125,20 +130,51 @@ def _phase_rates(
     ]
 
 
-def completion_times(supply: SupplyView, jobs: Sequence[JobLoad], now: float) -> dict[str, float]:
+def completion_times(
+    supply: SupplyView,
+    jobs: Sequence[JobLoad],
+    now: float,
+    arrivals: Sequence[tuple[float, JobLoad]] = (),
+    until: Sequence[str] | None = None,
+) -> dict[str, float]:
     """Estimated completion time (on the caller's clock) of every job; ``inf`` for a job
-    that cannot finish at the current supply."""
+    that cannot finish at the current supply.
+
+    ``arrivals``: jobs that join at later times (ascending), as a phase boundary each; a
+    job that cannot progress now may progress once one of them changes the plan, and
+    one that joins may go ahead of a job waiting. ``until``: stop once these jobs have an
+    estimate (the rest are left out)."""
     sig_rates = supply.signature_rates().tolist()
     counts = np.asarray(supply.counts, dtype=np.float64)
     sig_matrix = np.asarray(supply.sig_matrix, dtype=bool)
     out: dict[str, float] = {j.job_id: now + j.latency_s for j in jobs if j.work <= 0}
     left = [j for j in jobs if j.work > 0]
     work = [j.work for j in left]
+    pending = [(t, j) for t, j in arrivals if t >= now]
+    wanted = None if until is None else {u for u in until if u not in out}
     t = now
-    while left:
-        rates = _phase_rates(sig_matrix, sig_rates, counts, left, work)
-        steps = [w / r if r > 0 else math.inf for w, r in zip(work, rates, strict=True)]
-        dt = min(steps)
+    a = 0
+    while left or a < len(pending):
+        if wanted is not None and not wanted:
+            break
+        next_arrival = pending[a][0] if a < len(pending) else math.inf
+        if left:
+            rates = _phase_rates(sig_matrix, sig_rates, counts, left, work)
+            steps = [w / r if r > 0 else math.inf for w, r in zip(work, rates, strict=True)]
+            dt = min(steps)
+        else:
+            rates, steps, dt = [], [], math.inf
+        if a < len(pending) and t + dt >= next_arrival:  # an arrival first: add it then
+            dt = next_arrival - t
+            work = [w - r * dt for w, r in zip(work, rates, strict=True)]
+            t = next_arrival
+            while a < len(pending) and pending[a][0] <= t:
+                job = pending[a][1]
+                a += 1
+                if job.work > 0:
+                    left.append(job)
+                    work.append(job.work)
+            continue
         if not math.isfinite(dt):
             break
         t += dt
@@ -146,10 +182,12 @@ def completion_times(supply: SupplyView, jobs: Sequence[JobLoad], now: float) ->
         for i, s in enumerate(steps):
             if s <= dt * (1 + 1e-9):
                 out[left[i].job_id] = t
+                if wanted is not None:
+                    wanted.discard(left[i].job_id)
         work = [work[i] - rates[i] * dt for i in kept]
         left = [left[i] for i in kept]
     for j in left:
-        out[j.job_id] = math.inf
+        out.setdefault(j.job_id, math.inf)
     return out
 
 
@@ -160,9 +198,22 @@ def round_latency(response_times: Iterable[Iterable[float]]) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def job_loads(core: Scheduler) -> list[JobLoad]:
-    """The model's view of ``core``'s unfinished jobs. A job's round latency is its own
-    median if it measured one, else the fleet's, else its declared ``workload_s``."""
+def waste_factor(core: Scheduler) -> float:
+    """Devices assigned per device of demand of a successful round, over every job the
+    core has seen (1.0 before any round succeeded): what failed rounds, failed tasks and
+    stragglers add to a job's work."""
+    assigned = done = 0
+    for js in core.by_idx:
+        if js.rounds_done > 0:
+            assigned += js.service
+            done += min(js.rounds_done, js.spec.rounds) * js.spec.demand
+    return max(1.0, assigned / done) if done else 1.0
+
+
+def job_loads(core: Scheduler, waste: float = 1.0) -> list[JobLoad]:
+    """The model's view of ``core``'s unfinished jobs, their work multiplied by ``waste``
+    (``waste_factor``). A job's round latency is its own median if it measured one, else
+    the fleet's, else its declared ``workload_s``."""
     fleet = round_latency(js.response_times for js in core.jobs.values())
     out = []
     for js in core.jobs.values():
@@ -177,7 +228,7 @@ def job_loads(core: Scheduler) -> list[JobLoad]:
             JobLoad(
                 spec.job_id,
                 js.group,
-                float(work),
+                float(work) * waste,
                 spec.demand,
                 spec.results_needed,
                 spec.deadline,
@@ -200,3 +251,131 @@ def supply_view(core: Scheduler) -> SupplyView:
 def scheduler_estimates(core: Scheduler, now: float) -> dict[str, float]:
     """Estimated completion time of every unfinished job of ``core`` at ``now``."""
     return completion_times(supply_view(core), job_loads(core), now)
+
+
+SIMILAR_MIN = 5
+"""Finished jobs of a requirement its track record needs to judge a job of it alone."""
+
+
+class TrackRecord:
+    """The estimate's past errors: for each job that finished, its requirement and its
+    actual time to completion over the P50 estimated at its arrival (3Sigma's idea:
+    predict with the distribution of past errors of similar jobs, not a point)."""
+
+    def __init__(self, entries: Sequence[tuple[Requirement, float]] = ()) -> None:
+        self.entries = [(req, r) for req, r in entries if r > 0 and math.isfinite(r)]
+
+    def add(self, requirement: Requirement, ratio: float) -> None:
+        if ratio > 0 and math.isfinite(ratio):
+            self.entries.append((requirement, ratio))
+
+    def ratios(self, requirement: Requirement) -> np.ndarray:
+        """The ratios of the jobs of ``requirement`` if there are SIMILAR_MIN, else of
+        every job (empty: no record)."""
+        similar = [r for req, r in self.entries if req == requirement]
+        if len(similar) >= SIMILAR_MIN:
+            return np.array(similar)
+        return np.array([r for _, r in self.entries])
+
+
+@dataclass(frozen=True)
+class Band:
+    """A completion estimate with its spread over scenarios of later arrivals (times on
+    the caller's clock; ``inf``: not at the current supply)."""
+
+    p50: float
+    p90: float
+
+
+def arrival_history(core: Scheduler) -> list[Arrival]:
+    """Every job ``core`` has registered, as it arrived."""
+    return [Arrival.of(js.spec, js.registered_at) for js in core.by_idx]
+
+
+def _arrival_loads(
+    scenario: Sequence[Arrival], groups: dict[Requirement, int], waste: float, latency: float
+) -> list[tuple[float, JobLoad]]:
+    """A scenario's arrivals as the fluid model's jobs (a requirement no group of the
+    core has is left out: no signature says which devices it could take)."""
+    out = []
+    for i, a in enumerate(scenario):
+        group = groups.get(a.requirement)
+        if group is not None:
+            work = float(a.rounds * a.demand) * waste
+            load = JobLoad(f"later-{i}", group, work, a.demand, a.needed, a.deadline_s, latency)
+            out.append((a.time, load))
+    return out
+
+
+def completion_bands(
+    supply: SupplyView,
+    jobs: Sequence[JobLoad],
+    now: float,
+    model: ArrivalModel,
+    requirements: Sequence[Requirement],
+    waste: float = 1.0,
+    samples: int = BAND_SAMPLES,
+    seed: int = 0,
+    only: Sequence[str] | None = None,
+    record: TrackRecord | None = None,
+) -> dict[str, Band]:
+    """P50 and P90 of each job's completion over ``samples`` scenarios of later arrivals
+    drawn from ``model`` (``requirements``: each group's, by group id); ``only``: just
+    these jobs. Deterministic for a seed.
+
+    With a ``record``, each scenario's time left is multiplied by every past ratio of
+    similar jobs, and the quantiles are taken over all the products: the band then holds
+    the model's own errors as well as the arrivals it cannot know."""
+    groups: dict[Requirement, int] = {}
+    for group, req in enumerate(requirements):
+        groups.setdefault(req, group)  # a later arrival joins its requirement's first group
+    known = [j.latency_s for j in jobs if j.latency_s > 0]
+    latency = float(np.median(known)) if known else 30.0
+    rng = np.random.default_rng(seed)
+    wanted = [j.job_id for j in jobs] if only is None else list(only)
+    ends: dict[str, list[float]] = {job_id: [] for job_id in wanted}
+    for _ in range(samples):
+        later = _arrival_loads(model.scenario(now, rng), groups, waste, latency)
+        out = completion_times(supply, jobs, now, later, until=wanted)
+        for job_id in wanted:
+            ends[job_id].append(out.get(job_id, math.inf))
+    group_of = {j.job_id: j.group for j in jobs}
+    bands = {}
+    for job_id, v in ends.items():
+        g = group_of.get(job_id, -1)
+        mine = requirements[g] if 0 <= g < len(requirements) else None
+        scale = record.ratios(mine) if record is not None and mine is not None else np.ones(0)
+        if not len(scale):
+            scale = np.ones(1)
+        left = (np.asarray(v)[:, None] - now) * scale[None, :]
+        # No interpolation: an infinite end (not at this supply) stays one.
+        p50, p90 = np.quantile(left, [0.5, 0.9], method="inverted_cdf")
+        bands[job_id] = Band(now + float(p50), now + float(p90))
+    return bands
+
+
+def scheduler_bands(
+    core: Scheduler,
+    now: float,
+    prior: Sequence[Arrival] = (),
+    samples: int = BAND_SAMPLES,
+    only: Sequence[str] | None = None,
+    record: TrackRecord | None = None,
+) -> dict[str, Band]:
+    """P50 and P90 completion of every unfinished job of ``core`` (or ``only`` these),
+    with the jobs expected to arrive later drawn from the arrivals it has seen (and
+    ``prior``, arrivals seen before it)."""
+    waste = waste_factor(core)
+    model = ArrivalModel(arrival_history(core), prior)
+    return completion_bands(
+        supply_view(core),
+        job_loads(core, waste),
+        now,
+        model,
+        core.index.requirements,
+        waste,
+        samples,
+        seed=len(core.by_idx),
+        only=only,
+        record=record,
+    )

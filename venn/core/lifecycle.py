@@ -5,6 +5,9 @@ The rules of round attempts are ``venn.core.round_cursor``'s, shared with the co
 scheduler; this fold adds the rest of a job's life and keeps the events' content:
 
 - the first registration counts; nothing reopens a job once it finished or was cancelled;
+- the scheduler's verdict on that registration (a `JobAdmission` naming it) counts once: a
+  refusal (a limit it would pass) ends the job as ``refused``;
+- a round asks at most the demand its job was registered with;
 - a second close of an attempt with the same event id, or with other ids but the same
   content, is a replay; one with other content is a *conflict*, kept apart so that it can
   be reported (it is never applied);
@@ -61,6 +64,8 @@ class JobLife:
     """The latest admission decision on a submission of the job id."""
     queued: ev.JobAdmission | None = None
     """The decision that queued it, while it waits (its spec), kept once it is admitted."""
+    verdict: ev.JobAdmission | None = None
+    """The scheduler's verdict on its registration (None: not read yet)."""
 
     # -- the fold ----------------------------------------------------------------------
     def apply(self, event: ev.Event) -> Applied:
@@ -71,6 +76,8 @@ class JobLife:
         if isinstance(event, ev.JobHeartbeat):
             return Applied.STALE if self.ended else Applied.CHANGED
         if isinstance(event, ev.JobAdmission):
+            if event.registration is not None:
+                return self._judged(event)
             return self._admit(event)
         if isinstance(event, ev.JobRegistered):
             if self.registered is not None:
@@ -104,6 +111,23 @@ class JobLife:
             self.queued = event
         return Applied.CHANGED
 
+    def _judged(self, event: ev.JobAdmission) -> Applied:
+        reg = self.registered
+        if self.verdict is not None:
+            return Applied.REPLAY if self.verdict.decision == event.decision else Applied.STALE
+        if reg is None or reg.event_id != event.registration:
+            return Applied.STALE  # not on the registration this fold took
+        self.verdict = event
+        if event.decision == "refused":
+            self.admission = event
+            self.rounds.end()
+        return Applied.CHANGED
+
+    @property
+    def refused(self) -> bool:
+        """Its registration was refused by the scheduler (a limit it would pass)."""
+        return self.verdict is not None and self.verdict.decision == "refused"
+
     @property
     def waiting_admission(self) -> bool:
         """Queued and neither registered nor cancelled yet."""
@@ -119,7 +143,10 @@ class JobLife:
         applied = self.rounds.request(event.round_index)
         if applied is Applied.CHANGED:
             attempt = self.attempts.setdefault(event.round_index, Attempt(event.round_index))
-            attempt.requested_at, attempt.demand = event.time, event.demand
+            demand = event.demand
+            if self.registered is not None:
+                demand = min(demand, self.registered.demand)
+            attempt.requested_at, attempt.demand = event.time, demand
         return applied
 
     def _close(self, event: ev.RoundClosed) -> Applied:
@@ -149,6 +176,8 @@ class JobLife:
             return "cancelled"
         if self.expired is not None:
             return "expired"
+        if self.refused:
+            return "refused"
         if self.registered is None and self.admission is not None:
             return "refused" if self.admission.decision == "refused" else "queued"
         return "running" if self.attempts else "submitted"

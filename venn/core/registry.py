@@ -6,7 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from venn.core.capacity import REFERENCE_CUTOFFS, TierModel
-from venn.core.policies import FifoPolicy, IrsPolicy, RandomOrderPolicy, RandomPolicy, SrsfPolicy
+from venn.core.policies import (
+    FifoPolicy,
+    IrsPolicy,
+    LpPolicy,
+    RandomOrderPolicy,
+    RandomPolicy,
+    SrsfPolicy,
+)
 from venn.core.policies.base import Policy
 from venn.core.scheduler import Scheduler
 from venn.core.tenants import TenantConfig
@@ -19,6 +26,7 @@ class PolicySpec:
     make_policy: Callable[[int], Policy]  # from the scheduler's seed
     matching: bool
     restrict_contested: bool = False  # True: Algorithm 2 as the paper states it
+    dispatch_margin: float | None = None  # Scheduler's: None offers every round D
 
 
 POLICIES: dict[str, PolicySpec] = {
@@ -47,6 +55,20 @@ POLICIES: dict[str, PolicySpec] = {
             True,
         ),
         PolicySpec("venn-sched", "IRS scheduling only (ablation)", lambda seed: IrsPolicy(), False),
+        PolicySpec(
+            "venn-trim",
+            "venn, each round offered 1.15 x the results it needs while 3 round latencies "
+            "are left before its deadline, else its whole demand",
+            lambda seed: IrsPolicy(),
+            True,
+            dispatch_margin=0.15,
+        ),
+        PolicySpec(
+            "venn-lp",
+            "venn with ownership from a receding-horizon LP over every unfinished job",
+            lambda seed: LpPolicy(),
+            True,
+        ),
         PolicySpec(
             "venn-paper",
             "the paper's Algorithms 1 and 2: IRS by the round's remaining demand + tier matching",
@@ -95,4 +117,5 @@ def make_scheduler(
         track_devices=track_devices,
         tenants=tenants,
         restrict_contested=spec.restrict_contested,
+        dispatch_margin=spec.dispatch_margin,
     )

@@ -14,25 +14,41 @@ job's remaining demand in its order key; how the preference becomes a table is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-from venn.core.capacity import TierModel
+from venn.core.capacity import TierModel, proxies_of
 from venn.core.compile import TableCompiler
 from venn.core.dispatch import DispatchTable, empty_table
 from venn.core.eligibility import EligibilityIndex
 from venn.core.fairness import Progress, demand_weight, group_queue_scale, progress_ratio
+from venn.core.lp_plan import Backlog
 from venn.core.matching import TailTracker, should_restrict
 from venn.core.model import Assignment, JobSpec
 from venn.core.open_jobs import OpenJobs
-from venn.core.policies.base import Policy, PolicyView
+from venn.core.policies.base import PlanContext, Policy, PolicyView
 from venn.core.round_cursor import Applied
 from venn.core.state import JobState, mean, splitmix
 from venn.core.supply import ReportedSupply, Supply, SupplyWindow
 from venn.core.tenants import TenantConfig, TenantLayer, TenantLedger
 
-__all__ = ["JobState", "Scheduler"]
+__all__ = ["JobState", "RoundView", "Scheduler"]
+
+
+class RoundView(NamedTuple):
+    """A live job's round, as the pipeline reads it."""
+
+    round_index: int
+    round_open: bool
+    tier: int | None
+    """The capacity tier the round is restricted to (None: any)."""
+    deadline: float
+    """The job's round deadline, in seconds."""
+    demand: int = 0
+    """The demand per round the job was registered with (a round asks at most this)."""
 
 
 def _device_key(device_id: Hashable | None) -> str | int:
@@ -56,6 +72,13 @@ class Scheduler:
 
     ``tenants``: shares and priority classes on top of the policy
     (``venn.core.tenants``); None (the default) decides exactly as the policy alone.
+
+    ``dispatch_margin``: a round is offered ``ceil(k * (1 + margin))`` devices (k the
+    results that make it succeed) instead of its demand D; if it has taken them with less
+    than ``margin_guard`` round latencies (its mean fill-to-close time so far) left before
+    its deadline, it is offered the rest of D, so that a round that filled late still
+    closes in time. Fewer stragglers past 0.8 D, each round closing a little later
+    (docs/results/reproduction.md, "Waste"). None (the default): every round is offered D.
     """
 
     def __init__(
@@ -70,14 +93,18 @@ class Scheduler:
         track_devices: bool = True,
         restrict_contested: bool = False,
         tenants: TenantConfig | None = None,
+        dispatch_margin: float | None = None,
+        margin_guard: float = 3.0,
     ) -> None:
         self.policy = policy
+        self.dispatch_margin = dispatch_margin
+        self.margin_guard = margin_guard
         # Two attributes only: past 30, CPython 3.11 stores an object's attributes in a
         # plain dict, and every attribute read of every decision got slower (7%).
         self.layer: TenantLayer | None = None
         self._applied: Policy = policy  # what compiles: the policy, or it under tenants
         if tenants is not None:
-            self.layer = TenantLayer(policy, tenants, TenantLedger(tenants.window_s), [])
+            self.layer = TenantLayer(policy, tenants, TenantLedger(tenants.half_life_s), [])
             self._applied = self.layer
         self.tiers = tiers
         self.restrict_contested = restrict_contested
@@ -153,6 +180,11 @@ class Scheduler:
         js.round_index = round_index
         js.round_open = True
         js.demand = js.remaining = demand if demand is not None else js.spec.demand
+        js.held_back = 0
+        if self.dispatch_margin is not None:
+            offered = min(js.demand, math.ceil(js.spec.results_needed * (1 + self.dispatch_margin)))
+            js.held_back = js.demand - offered
+            js.remaining = offered
         js.assigned = 0
         js.requested_at = now
         js.filled_at = None
@@ -256,6 +288,46 @@ class Scheduler:
         self._mark(replan=True)
         return True
 
+    # -- what the pipeline reads (the core's structures stay inside) ------------------
+    def holder(self, device_id: Hashable) -> tuple[str, int] | None:
+        """(job, round) whose assignment ``device_id`` holds, or None."""
+        return self.active_devices.get(device_id)
+
+    def holds_any(self, device_ids: Iterable[Hashable]) -> bool:
+        """Whether any of ``device_ids`` holds an assignment."""
+        return not self.active_devices.keys().isdisjoint(device_ids)
+
+    def round_view(self, job_id: str) -> RoundView | None:
+        """The job's round as the pipeline sees it; None for a job not live here."""
+        js = self.jobs.get(job_id)
+        if js is None:
+            return None
+        return RoundView(js.round_index, js.round_open, js.tier, js.spec.deadline, js.spec.demand)
+
+    def demand_by_tenant(self) -> dict[str, int]:
+        """The live jobs' demands per round (as registered), summed per tenant: what the
+        operator's limits count (`venn.core.admission.Load`)."""
+        out: dict[str, int] = {}
+        for js in self.jobs.values():
+            out[js.spec.tenant] = out.get(js.spec.tenant, 0) + js.spec.demand
+        return out
+
+    def live_jobs(self) -> int:
+        """Live jobs (registered and not removed)."""
+        return len(self.jobs)
+
+    def slots_for(
+        self, keys: Sequence[Hashable], attrs: Mapping[Hashable, Mapping[str, float]]
+    ) -> np.ndarray:
+        """The slot of every item whose attribute set is ``attrs[keys[i]]``."""
+        return self.index.slots_for(keys, attrs)
+
+    def tiers_for(self, speeds_ms: np.ndarray, bandwidths_kbps: np.ndarray) -> np.ndarray | None:
+        """The capacity tier of every device (None without tier matching)."""
+        if self.tiers is None:
+            return None
+        return self.tiers.tiers_of(proxies_of(speeds_ms, bandwidths_kbps))
+
     def _matching_tier(self, js: JobState) -> int | None:
         if self.tiers is None or self.tails is None or not js.response_times:
             return None  # first rounds skip matching: no profile yet
@@ -324,10 +396,12 @@ class Scheduler:
         tier: int = 0,
         u: float = 0.0,
         device_id: Hashable | None = None,
+        weight: float = 1.0,
     ) -> Assignment | None:
-        """Decide one check-in: the device's slot, capacity tier and a U(0,1) draw."""
+        """Decide one check-in: the device's slot, capacity tier and a U(0,1) draw;
+        ``weight``: the check-ins it stands for in the supply window (venn.core.pace)."""
         if self._window is not None:
-            self._window.observe(slot, now)
+            self._window.observe(slot, now, weight)
         return self._decide(slot, now, tier, u, device_id)
 
     def _decide(
@@ -521,11 +595,23 @@ class Scheduler:
             budget[idx] = left
         else:  # a job the table predates (a partition's accepted offer): compile anew
             left = 0
-        if js.remaining <= 0:
+        if js.remaining <= 0 and js.held_back and self._offer_held_back(js, now):
+            self._dirty = True
+        elif js.remaining <= 0:
             js.filled_at = now
             self._dirty = self._replan = True
         elif left <= 0:
             self._dirty = True
+
+    def _offer_held_back(self, js: JobState, now: float) -> bool:
+        """The round took its margin: offer it the rest of its demand if little time is
+        left before its deadline (True), else it is filled."""
+        latency = mean(js.response_times) if js.response_times else 2 * js.spec.workload_s
+        late = js.requested_at + js.spec.deadline - now < self.margin_guard * latency
+        if late:
+            js.remaining += js.held_back
+        js.held_back = 0
+        return late
 
     # -- compilation -----------------------------------------------------------------
     def _mark(self, replan: bool) -> None:
@@ -587,6 +673,32 @@ class Scheduler:
             out[js.idx] = progress_ratio(p, concurrent)
         return out
 
+    def _plan_context(self, now: float) -> PlanContext:
+        """Every unfinished job for a plan over a horizon: its group, its work left and
+        the most devices per second it can take (a round's D per fill at its group's
+        eligible rate plus its round latency)."""
+        rate = self.supply.rate_per_s()
+        counts = self.signature_counts()
+        total = float(counts.sum())
+        sig_matrix = self.index.signature_matrix
+        group_rate = (
+            rate * (counts[: sig_matrix.shape[0]] @ sig_matrix) / total
+            if total > 0
+            else np.zeros(sig_matrix.shape[1])
+        )
+        backlog = []
+        for js in self.jobs.values():
+            if js.finished:
+                continue
+            spec = js.spec
+            later = spec.rounds - js.rounds_done - (1 if js.round_open else 0)
+            work = (js.remaining if js.round_open else 0) + max(0, later) * spec.demand
+            eligible = float(group_rate[js.group]) if js.group < len(group_rate) else 0.0
+            latency = mean(js.response_times) if js.response_times else 2 * spec.workload_s
+            fill = spec.demand / eligible if eligible > 0 else float("inf")
+            backlog.append(Backlog(js.group, float(work), spec.demand / (fill + latency)))
+        return PlanContext(now, rate, backlog)
+
     def _tenant_of(self, idx: int) -> str:
         return self.by_idx[idx].spec.tenant
 
@@ -616,6 +728,7 @@ class Scheduler:
             len(open_jobs),
             open_jobs.group_queues,
             self._group_scale if self.fairness_eps else None,
+            lambda: self._plan_context(now),
         )
         policy = self._applied
         if self._replan:
@@ -625,8 +738,12 @@ class Scheduler:
         layer = policy if isinstance(policy, TenantLayer) else None
         if layer is not None:
             layer.file(self._tenant_of)
-            layer.ledger.expire(now)
+            layer.ledger.advance(now)
             layer.rerank(view)
+            if layer.refile:  # tenants' key factors moved: every open job's key with them
+                layer.refile = False
+                states = [self.by_idx[i] for i in self.open.idx_ascending()]
+                self.open.refile_all(states, layer.weight)
         self._table = self._compiler.compile(open_jobs, len(self.by_idx), policy, view)
         if layer is not None:
             table = self._table

@@ -139,6 +139,12 @@ def snapshot_job(state: JobState) -> JobSnapshot:
     )
 
 
+def snapshot_of(scheduler: Scheduler, job_id: str) -> JobSnapshot | None:
+    """The durable state of a job live in ``scheduler`` (None if it is not)."""
+    js = scheduler.jobs.get(job_id)
+    return snapshot_job(js) if js is not None else None
+
+
 def restore_job(scheduler: Scheduler, data: JobSnapshot, now: float) -> bool:
     """Re-add a job from its snapshot, reopening its round with the remaining demand and
     marking the devices of that round active again. False if the job is already known.

@@ -55,6 +55,9 @@ class JobState:
     requested_at: float = 0.0
     filled_at: float | None = None
     tier: int | None = None  # capacity tier the current round is restricted to
+    held_back: int = 0
+    """Devices of the open round's demand not offered yet (``Scheduler``'s dispatch
+    margin): offered only if the round reaches its margin with little time left."""
     assigned: int = 0  # devices assigned to the current round
     service: int = 0  # devices assigned over the job's life
     devices: set[Hashable] = field(default_factory=set)

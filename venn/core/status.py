@@ -23,12 +23,15 @@ import msgspec
 import numpy as np
 
 from venn.core.dispatch import DispatchTable
-from venn.core.estimate import completion_times, job_loads, supply_view
+from venn.core.estimate import Band, job_loads, scheduler_bands, waste_factor
 from venn.core.scheduler import Scheduler
 from venn.core.supply import AttributeMix, ReportedSupply
 from venn.events import InvalidEvent
 
 WaitReason = Literal["no_eligible_supply", "group_starved", "outranked"]
+
+ARRIVALS_KEPT = 200
+"""Registrations a snapshot lists (what a gateway's submission estimate learns from)."""
 
 
 class DeviceGroup(msgspec.Struct, frozen=True):
@@ -61,8 +64,11 @@ class JobPlacement(msgspec.Struct, frozen=True):
     served: bool
     """Listed on some row of the dispatch table: the next eligible device may go to it."""
     estimated_finish: float | None = None
-    """When the completion estimate (`venn.core.estimate`) says the job ends; None: it
-    cannot end at the current supply (or the snapshot predates estimates)."""
+    """When the completion estimate (`venn.core.estimate`) says the job ends, its P50
+    over scenarios of the jobs expected to arrive later; None: it cannot end at the
+    current supply (or the snapshot predates estimates)."""
+    estimated_finish_p90: float | None = None
+    """The same estimate's P90 (None: not at the current supply, or no band)."""
     work: float = 0.0
     """Devices still to assign over the job's life (the estimate's input, as the
     ``latency_s`` below: what a gateway needs to estimate a job submitted next)."""
@@ -71,6 +77,18 @@ class JobPlacement(msgspec.Struct, frozen=True):
     demand: int = 0
     needed: int = 0
     deadline_s: float = 0.0
+
+
+class ArrivalSeen(msgspec.Struct, frozen=True):
+    """A job the scheduler saw arrive, as a gateway's estimate of a submission draws the
+    jobs expected after it (`venn.core.arrivals`)."""
+
+    time: float
+    group: int
+    demand: int
+    rounds: int
+    needed: int
+    deadline_s: float
 
 
 class SlotSupply(msgspec.Struct, frozen=True):
@@ -98,12 +116,31 @@ class SchedulerStatus(msgspec.Struct, frozen=True, tag="scheduler_status"):
     gateways: int = 0
     """Gateways whose supply reports are live (0: supply counted from the check-ins read).
     Each gateway divides the fleet's forward quota and report rate by it."""
+    arrivals: list[ArrivalSeen] = []
+    """The last ARRIVALS_KEPT jobs registered, oldest first."""
+    waste: float = 1.0
+    """Devices assigned per device of demand of a successful round so far
+    (`venn.core.estimate.waste_factor`)."""
 
     def job(self, job_id: str) -> JobPlacement | None:
-        return next((j for j in self.jobs if j.job_id == job_id), None)
+        return _index(self)[0].get(job_id)
 
     def group(self, group: int) -> JobGroup | None:
-        return next((g for g in self.job_groups if g.group == group), None)
+        return _index(self)[1].get(group)
+
+
+_INDEXED: list[tuple[SchedulerStatus, dict[str, JobPlacement], dict[int, JobGroup]]] = []
+
+
+def _index(status: SchedulerStatus) -> tuple[dict[str, JobPlacement], dict[int, JobGroup]]:
+    """The snapshot's jobs by id and groups by number, made once for the latest snapshot
+    asked about: a listing asks once per job, and a scan of the snapshot's jobs each time
+    cost a gateway's dashboard O(jobs^2) per second (issue 34, item 2)."""
+    if not _INDEXED or _INDEXED[0][0] is not status:
+        jobs = {j.job_id: j for j in reversed(status.jobs)}  # the first of an id, as before
+        groups = {g.group: g for g in reversed(status.job_groups)}
+        _INDEXED[:] = [(status, jobs, groups)]
+    return _INDEXED[0][1], _INDEXED[0][2]
 
 
 def _served_by_row(table: DispatchTable | None) -> list[set[int]]:
@@ -127,12 +164,12 @@ def scheduler_status(
     worker: str,
     policy: str,
     mix: AttributeMix | None = None,
-    estimates: Mapping[str, float] | None = None,
+    estimates: Mapping[str, Band] | None = None,
 ) -> SchedulerStatus:
     """The snapshot of ``core`` with ``table``, its current dispatch table (None: no job is
     counted as served). The supply mix is ``mix``'s, the attribute sets devices reported;
     without it, the core's slots' (a device profile each in the simulator). ``estimates``:
-    each job's completion estimate if the caller has them (None: made here)."""
+    each job's completion band if the caller has them (None: made here)."""
     index = core.index
     sig_matrix = index.signature_matrix  # [signatures, groups]
     num_sigs, num_groups = int(sig_matrix.shape[0]), index.num_groups
@@ -159,9 +196,10 @@ def scheduler_status(
     ]
     open_by_group: dict[int, list[str]] = {}
     placements = []
-    loads = {load.job_id: load for load in job_loads(core)}
+    waste = waste_factor(core)
+    loads = {load.job_id: load for load in job_loads(core, waste)}
     if estimates is None:
-        estimates = completion_times(supply_view(core), list(loads.values()), now)
+        estimates = scheduler_bands(core, now)
     for js in core.jobs.values():
         if js.finished:
             continue
@@ -169,7 +207,9 @@ def scheduler_status(
         if open_round:
             open_by_group.setdefault(js.group, []).append(js.spec.job_id)
         load = loads[js.spec.job_id]
-        end = estimates.get(js.spec.job_id, math.inf)
+        band = estimates.get(js.spec.job_id)
+        end = band.p50 if band is not None else math.inf
+        late = band.p90 if band is not None else math.inf
         placements.append(
             JobPlacement(
                 js.spec.job_id,
@@ -178,6 +218,7 @@ def scheduler_status(
                 js.remaining,
                 js.idx in served,
                 estimated_finish=round(end, 3) if math.isfinite(end) else None,
+                estimated_finish_p90=round(late, 3) if math.isfinite(late) else None,
                 work=load.work,
                 latency_s=round(load.latency_s, 3),
                 demand=load.demand,
@@ -219,6 +260,18 @@ def scheduler_status(
         jobs=placements,
         supply_mix=supply_mix,
         gateways=core.supply.sources() if isinstance(core.supply, ReportedSupply) else 0,
+        arrivals=[
+            ArrivalSeen(
+                js.registered_at,
+                js.group,
+                js.spec.demand,
+                js.spec.rounds,
+                js.spec.results_needed,
+                js.spec.deadline,
+            )
+            for js in core.by_idx[-ARRIVALS_KEPT:]
+        ],
+        waste=round(waste, 4),
     )
 
 

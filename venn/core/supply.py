@@ -15,7 +15,8 @@ import numpy as np
 
 
 class SupplyWindow:
-    """Ring buffer of the last ``size`` check-ins (slot id and time)."""
+    """Ring buffer of the last ``size`` check-ins (slot id and time, and a weight: the
+    check-ins one stands for at the base pace of ``venn.core.pace``; 1 unless given)."""
 
     def __init__(self, size: int = 1000) -> None:
         if size < 1:
@@ -23,19 +24,28 @@ class SupplyWindow:
         self.size = size
         self._slots = np.zeros(size, dtype=np.int64)
         self._times = np.zeros(size, dtype=np.float64)
+        self._weights: np.ndarray | None = None  # made at the first weight other than 1
         self._count = 0  # total check-ins ever observed
 
-    def observe(self, slot: int, time: float) -> None:
-        """Add one check-in."""
+    def observe(self, slot: int, time: float, weight: float = 1.0) -> None:
+        """Add one check-in (standing for ``weight`` at the base pace)."""
         pos = self._count % self.size
         self._slots[pos] = slot
         self._times[pos] = time
+        if weight != 1.0 and self._weights is None:
+            self._weights = np.ones(self.size, dtype=np.float64)
+        if self._weights is not None:
+            self._weights[pos] = weight
         self._count += 1
 
     def observe_many(self, slots: np.ndarray, times: np.ndarray) -> None:
         """Add check-ins in arrival order (the same result as calling observe for each)."""
         n = len(slots)
         if n == 0:
+            return
+        if self._weights is not None:  # unweighted check-ins among weighted ones
+            for slot, time in zip(slots.tolist(), times.tolist(), strict=True):
+                self.observe(slot, time)
             return
         size = self.size
         if n >= size:
@@ -69,15 +79,20 @@ class SupplyWindow:
     def slot_counts(self, num_slots: int) -> np.ndarray:
         """Check-ins per slot within the window."""
         k = self.filled
-        return np.bincount(self._slots[:k], minlength=num_slots)[:num_slots].astype(np.float64)
+        weights = None if self._weights is None else self._weights[:k]
+        counts = np.bincount(self._slots[:k], weights=weights, minlength=num_slots)
+        return counts[:num_slots].astype(np.float64)
 
     def rate_per_s(self) -> float:
-        """Check-ins per second over the window (0 when it spans no time)."""
+        """Check-ins per second over the window (0 when it spans no time), weighted."""
         k = self.filled
         if k < 2:
             return 0.0
         span = float(self._times[:k].max() - self._times[:k].min())
-        return (k - 1) / span if span > 0 else 0.0
+        if span <= 0:
+            return 0.0
+        mean = 1.0 if self._weights is None else float(self._weights[:k].mean())
+        return (k - 1) * mean / span
 
 
 SOURCE_STALE_INTERVALS = 3.0

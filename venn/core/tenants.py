@@ -6,20 +6,25 @@ over the weights of the tenants with open demand, so an idle tenant's share is l
 others and comes back the moment it opens a round (nothing is preempted: a device
 assigned stays assigned until its task ends).
 
-What a tenant *used* is the devices assigned to its jobs, over a sliding window of
-``window_s`` seconds, that another tenant's open round was also eligible for; what it is
-*owed* of them is, per such device, its weight over the weights of the tenants whose open
-rounds were eligible (its contenders). Devices only one tenant wants count for nobody
-(nobody was denied them), and neither does what an idle tenant lent: a tenant coming back
-gets its share from then on, not a payback. Device-assignments, not device time: the core
+What a tenant *used* is the devices assigned to its jobs that another tenant's open round
+was also eligible for; what it is *owed* of them is, per such device, its weight over the
+weights of the tenants whose open rounds were eligible (its contenders). Both are decayed
+with a half-life of ``half_life_s`` (a day by default; Slurm's fair-share decays usage the
+same way, PBS halves it every 24 h): a device assigned a half-life ago counts half. Judged
+over a horizon that long, a tenant may run ahead of its share while its jobs are short
+and is held back later, instead of being held to its share every half hour, which broke
+the policy's least-remaining-work order across tenants (docs/results/tenants.md).
+Devices only one tenant wants count for nobody (nobody was denied them), and neither
+does what an idle tenant lent: a tenant coming back gets its share from then on, not a
+payback. Device-assignments, not device time: the core
 knows an assignment when it makes it, while a task's device time is known only when it
 ends (up to a round deadline later, or never for a device that drops out), and every job
 of the Table 1 workloads declares the same task time, so assignments are device time up
 to the devices' speeds. A decision only counts its job's take; at the next compile each
 take is charged with the table it was made under: a job heading some rows is charged,
 per device, the part of those rows' recent supply that is contended and each tenant's
-entitlement to it. The window is not in the scheduler's snapshots: a restarted
-scheduler starts it empty.
+entitlement to it. The decayed use is not in the scheduler's snapshots: a restarted
+scheduler starts it at zero.
 
 At each table compile the tenants with open demand fall in bands by their use against
 what they are owed (relative): 0 under it by more than ``tolerance``, 2 over it by more,
@@ -27,8 +32,11 @@ what they are owed (relative): 0 under it by more than ``tolerance``, 2 over it 
 first in every one of the policy's sections (it may take a device IRS planned for
 another requirement: that is how it catches up); the others keep the policy's sections
 outermost, by band inside each, so while nobody is under, IRS's ownership holds and a
-tenant over its share goes last among the jobs of a section. A higher priority class goes
-first inside a band; inside a tenant and priority class the order is IRS's. The layer
+tenant over its share goes last among the jobs of a section. Inside a tenant a higher
+priority class goes first: a class is ranked among its own tenant's classes only, so a
+tenant's priorities order its own jobs and never another tenant's (a tenant of weight 1 at
+priority 1000 took 32 of 40 contended devices from one of weight 3: issue 34, item 7);
+inside a tenant and priority class the order is IRS's. The layer
 only reorders candidates: a device any open job can take is assigned (work-conserving).
 The policy plans over the requirements (groups merged back), so its plan is the
 tenant-blind one. With one tenant and one priority class the sections, and so the
@@ -37,7 +45,6 @@ decisions, are exactly those of the policy alone.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -47,6 +54,12 @@ import numpy as np
 from venn.core.model import DEFAULT_TENANT, JobSpec, Requirement
 from venn.core.policies.base import Policy, PolicyView
 from venn.core.state import JobState
+
+KEY_FACTOR_MIN = 1e-3
+"""A standing's key factor is kept within [this, 1 / this]."""
+MIN_OWED = 1.0
+"""A tenant owed less than one device (decayed) is not judged: its standing would be the
+ratio of two remnants."""
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -79,11 +92,23 @@ class TenantConfig:
 
     tenants: Mapping[str, TenantShare] = field(default_factory=dict)
     default: TenantShare = TenantShare()
-    window_s: float = 1800.0
+    half_life_s: float = 86_400.0
+    """Use and what was owed lose half their weight in this long."""
     rerank_every: int = 32
-    tolerance: float = 0.05
     """While tenants contend, a job takes at most this many devices between two
     rankings (a dispatch table otherwise holds until a round fills)."""
+    tolerance: float = 0.05
+    key_exponent: float = 0.0
+    """0: tenants in bands by standing (above). Above 0: no bands; every job's order key
+    is multiplied by its tenant's standing (decayed use over what it was owed) to this
+    power, so a tenant over its share has its jobs pushed back in proportion, its short
+    jobs still ahead of others' long ones."""
+
+    def __post_init__(self) -> None:
+        if not self.half_life_s > 0:
+            raise ValueError(f"the tenant half-life must be positive, not {self.half_life_s}")
+        if not self.key_exponent >= 0:
+            raise ValueError(f"the key exponent must be >= 0, not {self.key_exponent}")
 
     def share_of(self, tenant: str) -> TenantShare:
         return self.tenants.get(tenant, self.default)
@@ -108,44 +133,45 @@ def parse_tenants(text: str) -> dict[str, TenantShare]:
 
 
 class TenantLedger:
-    """Per tenant over a sliding window of scheduler time: the contended devices assigned
-    to its jobs (``used``) and those it was entitled to (``owed``: of each contended
-    device, its weight over the weights of the tenants contending for it).
+    """Per tenant, decayed with a half-life of scheduler time: the contended devices
+    assigned to its jobs (``used``) and those it was entitled to (``owed``: of each
+    contended device, its weight over the weights of the tenants contending for it).
 
     A decision only counts its job's take; the scheduler files it at its next table
-    compile (``charge``, then ``expire``), where standing is read: a decision stays cheap,
-    and use is timed by the compiles (a table holds at most ``rerank_every`` assignments
-    of a job while tenants contend)."""
+    compile (``charge``, then ``advance``), where standing is read: a decision stays
+    cheap, and use is timed by the compiles (a table holds at most ``rerank_every``
+    assignments of a job while tenants contend)."""
 
-    def __init__(self, window_s: float) -> None:
-        self.window_s = window_s
+    def __init__(self, half_life_s: float) -> None:
+        self.half_life_s = half_life_s
         self.used: dict[str, float] = {}
         self.owed: dict[str, float] = {}
         self.pending: dict[str, tuple[float, float]] = {}
-        self._log: deque[tuple[float, str, float, float]] = deque()
-        self.total: dict[str, float] = {}  # used over the whole run (reports)
+        self.at: float | None = None  # when ``used`` and ``owed`` were last decayed
+        self.total: dict[str, float] = {}  # used over the whole run, not decayed (reports)
 
     def charge(self, tenant: str, used: float, owed: float = 0.0) -> None:
         u, o = self.pending.get(tenant, (0.0, 0.0))
         self.pending[tenant] = (u + used, o + owed)
 
-    def expire(self, now: float) -> None:
-        """File what is pending at ``now`` and drop what left the window."""
-        log = self._log
+    def advance(self, now: float) -> None:
+        """Decay what is held to ``now``, then file what is pending."""
         used, owed = self.used, self.owed
+        if self.at is not None and now > self.at:
+            keep = 0.5 ** ((now - self.at) / self.half_life_s)
+            for tenant in used:
+                used[tenant] *= keep
+            for tenant in owed:
+                owed[tenant] *= keep
+        if self.at is None or now > self.at:
+            self.at = now
         if self.pending:
             total = self.total
             for tenant, (u, o) in self.pending.items():
-                log.append((now, tenant, u, o))
                 used[tenant] = used.get(tenant, 0.0) + u
                 owed[tenant] = owed.get(tenant, 0.0) + o
                 total[tenant] = total.get(tenant, 0.0) + u
             self.pending = {}
-        cutoff = now - self.window_s
-        while log and log[0][0] < cutoff:
-            _, tenant, u, o = log.popleft()
-            used[tenant] -= u
-            owed[tenant] -= o
 
 
 def rank_tenants(
@@ -169,8 +195,8 @@ def rank_tenants(
     ranks: dict[str, int] = {}
     for t in active:
         due = owed.get(t, 0.0)
-        if due <= 1e-9:
-            ranks[t] = 1  # not contended for in the window: nothing to judge
+        if due < MIN_OWED:
+            ranks[t] = 1  # hardly contended for lately: nothing to judge
             continue
         error = used.get(t, 0.0) / due - 1.0
         ranks[t] = 0 if error < -tol else 2 if error > tol else 1
@@ -206,6 +232,8 @@ class TenantLayer:
         self.ordering: Literal["idx", "key"] = inner.ordering
         self.num_sections = inner.num_sections
         self.ranks: dict[str, int] = {}
+        self.factors: dict[str, float] = {}  # tenant -> order key factor (key_exponent)
+        self.refile = False  # a factor moved: the scheduler files every open job again
         self._group_rank = np.zeros(0, dtype=np.int64)
         self._base = np.zeros(0, dtype=np.int64)  # group -> its base group
         self._first = np.zeros(0, dtype=np.int64)  # base group -> its first group
@@ -231,7 +259,23 @@ class TenantLayer:
             self.labels.append((spec.tenant, spec.priority, base))
 
     def weight(self, job: JobState) -> float:
-        return self.inner.weight(job)
+        factor = self.factors.get(job.spec.tenant)
+        return self.inner.weight(job) * factor if factor is not None else self.inner.weight(job)
+
+    def _key_factors(self, active: list[str]) -> bool:
+        """Each active tenant's key factor from its standing (``key_exponent``); True if
+        one moved by more than 1% (every open job must then be filed again)."""
+        ledger, power = self.ledger, self.config.key_exponent
+        new = {}
+        for t in active:
+            due = ledger.owed.get(t, 0.0)
+            standing = ledger.used.get(t, 0.0) / due if due >= MIN_OWED else 1.0
+            new[t] = min(max(standing, KEY_FACTOR_MIN) ** power, 1.0 / KEY_FACTOR_MIN)
+        old = self.factors
+        moved = any(abs(new.get(t, 1.0) / old.get(t, 1.0) - 1) > 0.01 for t in {*new, *old})
+        if moved:
+            self.factors = new
+        return moved
 
     def _bases(self, num_groups: int) -> None:
         if len(self._base) != num_groups:
@@ -363,16 +407,26 @@ class TenantLayer:
         groups = view.group_queues()[0] if len(view) else []
         labels = self.labels
         active = sorted({labels[g][0] for g in groups})
-        prios = sorted({labels[g][1] for g in groups}, reverse=True)
-        self.ranks = ranks = rank_tenants(active, self.ledger.used, self.config, self.ledger.owed)
+        own: dict[str, set[int]] = {}
+        for g in groups:
+            own.setdefault(labels[g][0], set()).add(labels[g][1])
+        if self.config.key_exponent > 0:
+            self.refile = self._key_factors(active) or self.refile
+            self.ranks = ranks = dict.fromkeys(active, 0)
+        else:
+            ranks = rank_tenants(active, self.ledger.used, self.config, self.ledger.owed)
+            self.ranks = ranks
         self.contended(view, groups, active)
-        prio_rank = {p: r for r, p in enumerate(prios)}
-        classes = max(1, len(prios))
+        # A priority class is ranked among its own tenant's classes only.
+        prio_rank = {
+            (t, p): r for t, ps in own.items() for r, p in enumerate(sorted(ps, reverse=True))
+        }
+        classes = max((len(ps) for ps in own.values()), default=1)
         bands = max(ranks.values(), default=0) + 1
         # A group without open jobs has nobody to order (a round request recompiles).
         self._group_rank = np.array(
             [
-                ranks[t] * classes + prio_rank[p] if t in ranks and p in prio_rank else 0
+                ranks[t] * classes + prio_rank[(t, p)] if t in ranks and (t, p) in prio_rank else 0
                 for t, p, _ in labels
             ],
             dtype=np.int64,

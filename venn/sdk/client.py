@@ -73,6 +73,11 @@ class _Subscription:
     held: dict[tuple[int, str], list[DeviceResult]] = field(default_factory=dict)
     """(round, device) -> results read before that assignment."""
 
+    def is_new(self, a: Assignment) -> bool:
+        """False for a device this round has already (an assignment published again by a
+        new decider carries the id it had)."""
+        return a.device_id not in self.assigned.get(a.round_index, ())
+
     def assign(self, a: Assignment) -> list[DeviceResult]:
         """Note an assignment; the results it releases."""
         if a.round_index not in self.assigned:
@@ -414,6 +419,8 @@ class VennClient:
             return
         if isinstance(event, Assignment | AssignmentBatch):
             for assignment in events.assignments_of(event):
+                if not sub.is_new(assignment):
+                    continue
                 sub.assignments.put_nowait(assignment)
                 for result in sub.assign(assignment):
                     sub.results.put_nowait(result)

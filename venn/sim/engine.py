@@ -14,12 +14,20 @@ Two modes share the scheduling core:
   round results (``venn.sim.rounds.RoundStore``). Both give identical results for the
   same seed (a test checks it for every policy).
 Check-ins are streamed chunk by chunk from the trace, never all in memory.
+
+A device checks in once per availability window (the trace's check-in), unless the run has
+a ``pace`` (``venn.core.pace``, the gateway's retry_after): then a device that got no
+assignment checks in again after the pace's answer (sooner when an open round with demand
+left admits it, later when none does, jittered) while its window lasts, and the supply
+window counts each check-in with the pace's weight for the interval it was told, as the
+gateways weight what they report. Event mode only (retries depend on each answer).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +38,7 @@ import numpy as np
 from venn.core.capacity import TierModel, capacity_proxy
 from venn.core.dispatch import DispatchTable
 from venn.core.model import JobSpec
+from venn.core.pace import Pace, Want
 from venn.core.policies import IrsPolicy
 from venn.core.registry import POLICIES, make_scheduler
 from venn.core.scheduler import Scheduler
@@ -76,6 +85,10 @@ class SimConfig:
     supply_report_s: float = 0.0
     supply_delay_s: float = 0.1
     tenants: TenantConfig | None = None  # shares and priority classes (venn.core.tenants)
+    # A device without an assignment checks in again at this pace while its window lasts
+    # (None: once per window, the trace's check-in). Event mode only.
+    pace: Pace | None = None
+    pace_weights: bool = True  # False (an ablation): the supply counts paced check-ins as one
 
 
 @dataclass
@@ -91,6 +104,7 @@ class SimRun:
     replans: int
     rounds_restricted: int = 0  # rounds restricted to a capacity tier at their request
     restrictions_lifted: int = 0
+    retries: int = 0  # check-ins a pace added to the trace's (included in ``checkins``)
 
 
 class Simulation:
@@ -107,6 +121,8 @@ class Simulation:
     ) -> None:
         if config.policy not in POLICIES:
             raise ValueError(f"unknown policy {config.policy!r}")
+        if config.pace is not None and config.mode != "event":
+            raise ValueError("a pace is simulated in event mode only (mode='event')")
         self.config = config
         self.source = source
         self.on_arrival = on_arrival  # called with a job registered and its round open
@@ -146,6 +162,13 @@ class Simulation:
         self.assignments = 0
         self.unfinished = len(self.records)
         self.now = 0.0
+        # Paced check-ins to come: (time, seq, slot, tier, window end, comp, transfer,
+        # weight), and the draws of their jitter, dispatch noise and u.
+        self._retries: list[tuple[float, int, int, int, float, float, float, float]] = []
+        self.retried = 0
+        self._rng = random.Random(config.seed)
+        self._wanted_of = -1
+        self._wanted_slots: np.ndarray = np.zeros(0, dtype=bool)
         for job in sorted(jobs, key=lambda j: (j.arrival, j.job_id)):
             self._push(job.arrival, _ARRIVAL, job.job_id, 0)
         self._workload: list[float] = []  # per job idx (registration order)
@@ -199,6 +222,8 @@ class Simulation:
         results, tiers, resp, late = lr.arrived_by(t)
         rr.results = results
         rr.stragglers = late
+        if succeeded and late:
+            rr.surplus = lr.dispatched_after_counted(t)
         js = self.sched.jobs[job_id]
         rr.filled_at = js.filled_at
         rr.closed_at = t
@@ -235,6 +260,8 @@ class Simulation:
             else:
                 self._run_fast(prepared)
             self.checkins += len(batch)
+        if self._retries and self.unfinished:
+            self._run_retries(horizon)
         if self.unfinished:
             self._run_timed(horizon)
         return SimRun(
@@ -247,6 +274,7 @@ class Simulation:
             self.sched.replans,
             self.sched.restricted,
             self.sched.lifted,
+            self.retried,
         )
 
     def _prepare(self, b: CheckinBatch) -> _Prepared:
@@ -269,28 +297,90 @@ class Simulation:
 
     def _run_event(self, p: _Prepared) -> None:
         b = p.batch
-        sched = self.sched
-        for i in range(len(b)):
-            t = float(b.time[i])
+        times = b.time.tolist()
+        slots, tiers = p.slots.tolist(), p.tiers.tolist()
+        ends, comps, transfers = b.end.tolist(), b.comp.tolist(), p.transfer.tolist()
+        noises, us = b.noise.tolist(), b.u.tolist()
+        for i, t in enumerate(times):
+            if self._retries:
+                self._run_retries(t)
             self._run_timed(t)
             self.now = t
-            if self._feed is not None:
-                self._feed.add(p.slots[i : i + 1], b.time[i : i + 1])
-                self._feed.deliver(t)
-            a = sched.checkin(int(p.slots[i]), t, int(p.tiers[i]), float(b.u[i]))
-            if a is None:
-                continue
-            self.assignments += 1
-            job = sched.jobs[a.job_id]
-            rows = np.array([i])
-            resp, finish, ok = self._task(p, rows, np.array([job.idx]))
-            lr = self.live[a.job_id]
-            lr.record.assigned += 1
-            if ok[0]:
-                lr.add([float(finish[0])], [int(p.tiers[i])], [float(resp[0])])
-                self._offer_close(lr, job.spec.results_needed)
-            else:
-                lr.record.failures += 1
+            self._checkin(
+                t, slots[i], tiers[i], us[i], ends[i], comps[i], transfers[i], noises[i], 1.0
+            )
+
+    def _run_retries(self, until: float) -> None:
+        """Paced check-ins before ``until``, in time order among the timed events."""
+        retries, rng = self._retries, self._rng
+        while retries and retries[0][0] < until and self.unfinished:
+            t, _, slot, tier, end, comp, transfer, weight = heapq.heappop(retries)
+            self._run_timed(t)
+            self.now = t
+            self.retried += 1
+            self.checkins += 1
+            noise = rng.uniform(0.0, 2.0)
+            self._checkin(t, slot, tier, rng.random(), end, comp, transfer, noise, weight)
+
+    def _checkin(
+        self,
+        t: float,
+        slot: int,
+        tier: int,
+        u: float,
+        end: float,
+        comp: float,
+        transfer: float,
+        noise: float,
+        weight: float,
+    ) -> None:
+        """One check-in decided by the scheduler, and its task if assigned."""
+        sched = self.sched
+        if self._feed is not None:
+            self._feed.add(np.array([slot]), np.array([t]), np.array([weight]))
+            self._feed.deliver(t)
+        a = sched.checkin(slot, t, tier, u, weight=weight)
+        if a is None:
+            if self.config.pace is not None:
+                self._pace(t, slot, tier, end, comp, transfer)
+            return
+        self.assignments += 1
+        job = sched.jobs[a.job_id]
+        resp = noise + self._workload[job.idx] * comp + transfer
+        finish = t + resp
+        lr = self.live[a.job_id]
+        lr.record.assigned += 1
+        if finish <= end + WINDOW_SLACK_S:
+            lr.add([finish], [tier], [resp])
+            self._offer_close(lr, job.spec.results_needed)
+        else:
+            lr.record.failures += 1
+
+    def _pace(
+        self, t: float, slot: int, tier: int, end: float, comp: float, transfer: float
+    ) -> None:
+        """The device's next check-in, as the pace answers it, if its window lasts."""
+        pace = self.config.pace
+        assert pace is not None
+        want = Want.WAITED if self._wanted(slot) else Want.UNWANTED
+        at = t + pace.retry_after(want, self._rng.random())
+        if at < end:
+            weight = pace.weight(want) if self.config.pace_weights else 1.0
+            entry = (at, next(self._seq), slot, tier, end, comp, transfer, weight)
+            heapq.heappush(self._retries, entry)
+
+    def _wanted(self, slot: int) -> bool:
+        """Whether an open round with demand left admits the slot (the gateway's
+        ``DemandView.may_assign``), as of the scheduler's last table."""
+        sched = self.sched
+        if self._wanted_of != sched.compiles:
+            self._wanted_of = sched.compiles
+            groups = np.zeros(sched.index.num_groups, dtype=bool)
+            for js in sched.by_idx:
+                if js.wants_devices:
+                    groups[js.group] = True
+            self._wanted_slots = np.asarray(sched.index.matrix[:, groups].any(axis=1))
+        return bool(self._wanted_slots[slot])
 
     def _run_fast(self, p: _Prepared) -> None:
         """Check-ins in steps: each step runs with one dispatch table, up to the next

@@ -390,3 +390,15 @@ def arrivals(
         return arrived, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
     kept = np.argsort(finish[job, :n], kind="mergesort")[:arrived]
     return arrived, tier_res[job, :n][kept], resp_res[job, :n][kept]
+
+
+@nb.njit(cache=True)
+def dispatched_after(finish: np.ndarray, count: np.ndarray, job: int, t: float) -> int:
+    """Job ``job``'s results (in check-in order) after the last one that finished by
+    ``t``: all of them finished after ``t``."""
+    n = count[job]
+    last = -1
+    for q in range(n):
+        if finish[job, q] <= t:
+            last = q
+    return n - 1 - last  # type: ignore[no-any-return]

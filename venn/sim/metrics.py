@@ -48,6 +48,55 @@ def concurrency(jobs: list[JobRecord], end: float) -> dict[str, int]:
     return out
 
 
+def waste(jobs: list[JobRecord]) -> dict[str, int]:
+    """Where a run's assignments went, each counted once (``assignments`` is their sum):
+
+    - ``counted``: the ceil(0.8 D) results that closed each successful round (what the
+      optimality bound charges);
+    - ``stragglers``: results of successful rounds past those (arrived after the close,
+      or with the k-th at the same instant); ``surplus`` is the part of them dispatched
+      after the last device whose result the round counted (over-assignment at close:
+      the round would have closed at the same time without them);
+    - ``failed_tasks``: tasks of successful rounds that passed their device's window;
+    - ``failed_rounds_starved`` / ``failed_rounds_filled``: every assignment of a round
+      that missed its deadline, by whether it had been given fewer than ceil(0.8 D)
+      devices (it could not succeed) or at least that many; ``failed_rounds_tasks`` is
+      the part of both that were failed tasks;
+    - ``open_at_end``: assignments of rounds still open when the run ended.
+    """
+    out = dict.fromkeys(
+        (
+            "assignments",
+            "counted",
+            "stragglers",
+            "surplus",
+            "failed_tasks",
+            "failed_rounds_starved",
+            "failed_rounds_filled",
+            "failed_rounds_tasks",
+            "open_at_end",
+        ),
+        0,
+    )
+    for j in jobs:
+        k = j.spec.results_needed
+        for r in j.rounds:
+            out["assignments"] += r.assigned
+            if r.closed_at is None:
+                out["open_at_end"] += r.assigned
+            elif r.succeeded:
+                out["counted"] += k
+                out["stragglers"] += r.results - k + r.stragglers
+                out["surplus"] += r.surplus
+                out["failed_tasks"] += r.failures
+            else:
+                out["failed_rounds_starved" if r.assigned < k else "failed_rounds_filled"] += (
+                    r.assigned
+                )
+                out["failed_rounds_tasks"] += r.failures
+    return out
+
+
 def censored_jct(rec: JobRecord, censor_at: float) -> float:
     """``min(JCT, censor_at - arrival)``; an unfinished job counts ``censor_at - arrival``."""
     cap = censor_at - rec.spec.arrival
@@ -126,6 +175,7 @@ def summarise(
         "restrictions_lifted": run.restrictions_lifted,
         "per_tier": per_tier,
         "per_size": per_size,
+        "waste": waste(jobs),
     }
     if isolated is not None:
         iso = [isolated[j.spec.job_id] for j in jobs if j.spec.job_id in isolated]

@@ -40,7 +40,10 @@ POLICY_ORDER = (
     "venn-match",
     "venn-paper",
     "venn",
+    "venn-trim",
 )
+OPTIONS = ("venn-trim",)
+"""Mechanism options beside `venn` (``venn.core.registry``), measured against it."""
 _PAPER_TABLE1: dict[str, dict[str, float]] = {
     "even": {"fifo": 1.38, "srsf": 1.69, "venn": 1.87},
     "small": {"fifo": 1.48, "srsf": 1.68, "venn": 1.78},
@@ -473,6 +476,7 @@ def report_text(
                 f"{_fmt(r['avg_sched_delay_s'])} | {_fmt(r['avg_response_s'])} | "
                 f"{r['rounds_failed']:,} / {r['rounds_closed']:,} | {_fmt(r['makespan_s'])} |"
             )
+    lines += ["", *waste_rows(results), "", *option_rows(results)]
     lines += [
         "",
         "## Distance to the isolated-JCT lower bound",
@@ -541,6 +545,90 @@ def report_text(
         "",
     ]
     return "\n".join(lines)
+
+
+WASTE_COLUMNS = (
+    ("counted", "counted"),
+    ("stragglers", "stragglers past 0.8 D"),
+    ("surplus", "of which over-assigned at close"),
+    ("failed_tasks", "device failures"),
+    ("failed_rounds_starved", "missed deadline, < 0.8 D assigned"),
+    ("failed_rounds_filled", "missed deadline, >= 0.8 D assigned"),
+    ("failed_rounds_tasks", "of which device failures"),
+    ("open_at_end", "open at the end"),
+)
+
+
+def waste_rows(results: Results) -> list[str]:
+    """Where each policy's assignments went (``venn.sim.metrics.waste``), per workload."""
+    lines = [
+        "## Where the assignments go",
+        "",
+        "Every assignment of a run counted once (`venn.sim.metrics.waste`), as a share of "
+        "the run's assignments. *counted*: the ceil(0.8 D) results that closed each "
+        "successful round, all the optimality bound charges; *stragglers past 0.8 D*: "
+        "results of successful rounds that came after the close, and *of which "
+        "over-assigned at close* those from devices dispatched after the last device whose "
+        "result the round counted (it would have closed at the same time without them); "
+        "*device failures*: tasks of successful rounds that passed their device's window; "
+        "*missed deadline*: every assignment of a round that failed, by whether it had been "
+        "given fewer than ceil(0.8 D) devices (it could not succeed) or at least that "
+        "many, and *of which device failures* the failed tasks among both. *per counted*: "
+        "assignments per counted result.",
+        "",
+        "| workload | policy | assignments | per counted | "
+        + " | ".join(name for _, name in WASTE_COLUMNS)
+        + " |",
+        "| --- | --- | --- | --- |" + " --- |" * len(WASTE_COLUMNS),
+    ]
+    for w, res in results.items():
+        for p in _policies(res):
+            waste = res[p].get("waste")
+            if not waste or not waste["assignments"]:
+                continue
+            total = waste["assignments"]
+            per = total / waste["counted"] if waste["counted"] else None
+            cells = [f"{waste[key] / total:.1%}" for key, _ in WASTE_COLUMNS]
+            lines.append(
+                f"| {w} | {p} | {total:,} | {_fmt(per, '.2f')} | " + " | ".join(cells) + " |"
+            )
+    return lines
+
+
+def option_rows(results: Results) -> list[str]:
+    """Each option's censored mean JCT over `venn`'s and over the baselines' (below 1:
+    faster), and its assignments per counted result beside `venn`'s."""
+    baselines = ("fifo", "srsf", "random-order")
+    lines = [
+        "## Options against `venn`",
+        "",
+        "Censored mean JCT of each option over that of `venn` and of the baselines on the "
+        "same runs (below 1.00: the option is faster), and assignments per counted result "
+        "(section above), the option's / `venn`'s.",
+        "",
+        "| workload | option | over venn | "
+        + " | ".join(f"over {b}" for b in baselines)
+        + " | per counted result |",
+        "| --- | --- | --- |" + " --- |" * (len(baselines) + 1),
+    ]
+    for w, res in results.items():
+        for opt in OPTIONS:
+            mine = censored_avg(res, opt)
+            if mine is None:
+                continue
+            cells = []
+            for base in ("venn", *baselines):
+                other = censored_avg(res, base)
+                cells.append(_fmt(mine / other if other else None, ".3f"))
+            per = []
+            for p in (opt, "venn"):
+                waste = res.get(p, {}).get("waste")
+                per.append(
+                    waste["assignments"] / waste["counted"] if waste and waste["counted"] else None
+                )
+            cells.append(f"{_fmt(per[0], '.2f')} / {_fmt(per[1], '.2f')}")
+            lines.append(f"| {w} | {opt} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def extra_sections(results: Results, out: Path, meta: dict[str, Any]) -> list[str]:

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from venn.core.model import JobSpec
-from venn.sim.kernels import arrivals, ensure_sorted, insert_sorted, kth_finish, merge_sorted
+from venn.sim.kernels import (
+    arrivals,
+    dispatched_after,
+    ensure_sorted,
+    insert_sorted,
+    kth_finish,
+    merge_sorted,
+)
 
 ROUND_GAP_S = 0.1  # the next round is requested this long after a round closes
 WINDOW_SLACK_S = 80.0  # a task may run this long past its device's window end
@@ -29,6 +36,9 @@ class RoundRecord:
     results: int = 0  # successful results received by the close
     failures: int = 0  # tasks that passed their window (+ slack)
     stragglers: int = 0  # successful results that came after the close
+    # Of the stragglers of a round that succeeded, those dispatched after the last device
+    # whose result it counted: it would have closed at the same time without them.
+    surplus: int = 0
 
 
 class RoundStore:
@@ -151,6 +161,12 @@ class LiveRound:
             self.detail,
         )
         return arrived, tiers, resp, int(store.count[idx]) - arrived
+
+    def dispatched_after_counted(self, t: float) -> int:
+        """Results that arrived after ``t`` from devices dispatched after the last device
+        whose result arrived by ``t``."""
+        store = self.store
+        return int(dispatched_after(store.finish, store.count, self.idx, t))
 
 
 @dataclass

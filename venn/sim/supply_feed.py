@@ -29,13 +29,16 @@ class ReportFeed:
         self.delay_s = delay_s
         self._slots: list[np.ndarray] = []
         self._times: list[np.ndarray] = []
+        self._weights: list[np.ndarray] = []
         self.reports = 0
 
-    def add(self, slots: np.ndarray, times: np.ndarray) -> None:
-        """Count check-ins (in time order)."""
+    def add(self, slots: np.ndarray, times: np.ndarray, weights: np.ndarray | None = None) -> None:
+        """Count check-ins (in time order), each as ``weights`` of them (venn.core.pace)."""
         if len(slots):
             self._slots.append(np.asarray(slots, dtype=np.int64))
             self._times.append(np.asarray(times, dtype=np.float64))
+            w = np.ones(len(slots)) if weights is None else np.asarray(weights, np.float64)
+            self._weights.append(w)
 
     def deliver(self, now: float) -> None:
         """Hand the scheduler every report due by ``now`` (interval end + delay)."""
@@ -46,16 +49,18 @@ class ReportFeed:
         if self._times[0][0] >= reportable:
             return
         slots, times = np.concatenate(self._slots), np.concatenate(self._times)
+        weights = np.concatenate(self._weights)
         cut = int(np.searchsorted(times, reportable, side="left"))
         if cut < len(times):
             self._slots, self._times = [slots[cut:]], [times[cut:]]
+            self._weights = [weights[cut:]]
         else:
-            self._slots, self._times = [], []
+            self._slots, self._times, self._weights = [], [], []
         interval = np.floor(times[:cut] / step).astype(np.int64)
         starts = np.flatnonzero(np.r_[True, interval[1:] != interval[:-1]])
         ends = np.r_[starts[1:], cut]
         for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            counts = np.bincount(slots[a:b])
+            counts = np.bincount(slots[a:b], weights=weights[a:b])
             present = np.flatnonzero(counts)
             due = (int(interval[a]) + 1) * step + self.delay_s
             self.sched.observe_report(SOURCE, present, counts[present], step, due)

@@ -138,14 +138,19 @@ function fill(tbody, rows, build) {
   tbody.replaceWith(fresh);
 }
 
-// The scheduler's completion estimate, from now (venn/core/estimate.py).
+function span(s) {
+  if (s < 3600) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${(s / 3600).toFixed(1)} h`;
+  return `${(s / 86400).toFixed(1)} d`;
+}
+
+// The scheduler's completion estimate from now, P50 (P90) (venn/core/estimate.py).
 function finishes(j) {
   if (j.estimate_state === "never") return "not at this supply";
   if (j.estimated_remaining_s === null || j.estimated_remaining_s === undefined) return null;
-  const s = j.estimated_remaining_s;
-  if (s < 3600) return `in ${Math.round(s / 60)} min`;
-  if (s < 172800) return `in ${(s / 3600).toFixed(1)} h`;
-  return `in ${(s / 86400).toFixed(1)} d`;
+  const late = j.estimated_remaining_p90_s;
+  const band = late === null || late === undefined ? "" : ` (P90 ${span(late)})`;
+  return `in ${span(j.estimated_remaining_s)}${band}`;
 }
 
 function renderJobs(jobs) {

@@ -2,11 +2,12 @@
 
 from venn.core.policies.base import Policy, PolicyView
 from venn.core.policies.simple import FifoPolicy, RandomOrderPolicy, RandomPolicy, SrsfPolicy
-from venn.core.policies.venn import IrsPolicy
+from venn.core.policies.venn import IrsPolicy, LpPolicy
 
 __all__ = [
     "FifoPolicy",
     "IrsPolicy",
+    "LpPolicy",
     "Policy",
     "PolicyView",
     "RandomOrderPolicy",

@@ -25,10 +25,12 @@ signatures at once:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar, overload
 
 import numpy as np
 
+from venn.core.lp_plan import Backlog
 from venn.core.state import JobState
 
 _T = TypeVar("_T")
@@ -61,6 +63,17 @@ class cached(Generic[_T]):
 GroupQueues = tuple[list[int], Sequence[Sequence[float]]]
 
 
+@dataclass(frozen=True)
+class PlanContext:
+    """The time, the fleet's check-in rate and every unfinished job (its group, work
+    left and the most devices per second it can take): what a plan over a horizon reads
+    (``venn.core.lp_plan``)."""
+
+    now: float
+    rate_per_s: float
+    backlog: list[Backlog]
+
+
 class PolicyView:
     """What a policy may look at when the plan is recomputed.
 
@@ -75,8 +88,12 @@ class PolicyView:
         num_open: int,
         group_queues: GroupQueues | Callable[[], GroupQueues],
         group_scale: dict[int, float] | None = None,
+        context: Callable[[], PlanContext] | None = None,
     ) -> None:
         self.sig_matrix = sig_matrix  # bool [signatures, groups]
+        # What a plan over a horizon needs (the time, the fleet's rate, every unfinished
+        # job); None where the mechanism does not give it (a tenant layer's base view).
+        self.context = context
         if callable(supply):
             self._supply_fn = supply
         else:

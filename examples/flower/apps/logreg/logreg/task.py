@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from venn.integrations.flower.testbed.data import Teacher
+from devtools.flower_testbed.data import Teacher
 
 
 class LogReg:

@@ -1,12 +1,12 @@
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
+from venn_flower import answer_venn_queries, venn_mod
 
+from devtools.flower_testbed import client as experiment
 from mlp.task import MODEL
-from venn.integrations.flower import answer_venn_queries, venn_mod
-from venn.integrations.flower.testbed import client as experiment
 
 app = ClientApp(mods=[venn_mod])
-answer_venn_queries(app)
+answer_venn_queries(app)  # lets a run go on when Venn is down from its start
 
 
 @app.train()

@@ -1,8 +1,8 @@
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from devtools.flower_testbed.server import serve
 from mlp.task import MODEL
-from venn.integrations.flower.testbed.server import serve
 
 app = ServerApp()
 

@@ -1,1 +1,0 @@
-"""The local runner: embedded stack (`venn up`/`venn down`) and `venn demo`."""
