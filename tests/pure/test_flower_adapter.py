@@ -399,6 +399,54 @@ async def test_a_launcher_refuses_a_task_of_a_round_it_no_longer_holds() -> None
     assert agent.stats.stale_tasks == 1 and agent.busy == 2
 
 
+async def test_an_assignment_holds_the_node_until_its_task_ends_or_the_hold_passes() -> None:
+    """Check-ins between an assignment and its task gave the node to another round and its
+    task was refused as stale (test_flower_nodes in CI): the launcher waits for the task."""
+    checkins: list[float] = []
+    results: list[dict[str, Any]] = []
+
+    async def checkin(request: web.Request) -> web.Response:
+        checkins.append(time.monotonic())
+        return web.json_response(
+            {"assigned": True, "job_id": "a", "round_index": len(checkins), "task_url": "",
+             "checkin_id": str(len(checkins))}
+        )  # fmt: skip
+
+    async def result(request: web.Request) -> web.Response:
+        results.append(await request.json())
+        return web.json_response({}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/v1/checkin", checkin)
+    app.router.add_post("/v1/results", result)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    agent = NodeAgent(NodeProfile("d1"), f"http://127.0.0.1:{port}", None, interval_s=0.05)
+    agent.hold_s = 1.0
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(agent.run(stop))
+    try:
+        await asyncio.sleep(0.5)
+        assert len(checkins) == 1  # not one every 0.05 s: the assignment holds it
+        assert agent.task_started(RoundTag("a", 1))  # its task: not refused as stale
+        agent.task_ended(RoundTag("a", 1), True, 0.1, "")
+        started = time.monotonic()
+        while len(checkins) < 2:
+            await asyncio.sleep(0.01)
+        assert checkins[1] - started < 0.5  # the result posted, it checks in at once
+        assert [r["round_index"] for r in results] == [1]
+        # An assignment whose task never comes holds it for hold_s, then it checks in.
+        while len(checkins) < 3:
+            await asyncio.sleep(0.05)
+        assert checkins[2] - checkins[1] >= 0.9
+    finally:
+        stop.set()
+        await running
+        await runner.cleanup()
+
+
 # -- the strategy over a grid, with Venn down, silent, back -------------------------------
 
 

@@ -6,6 +6,11 @@ a small HTTP desk on loopback (`desk`). Between the two the node is busy: the ag
 not check in, so Venn cannot hand the node to another run, even when the task outlives its
 round (the round closed at its target, or timed out). When the task ends the agent posts
 the result (the node is free at once, not at the round's close) and checks in right away.
+After an assignment the agent does not check in for ``hold_s`` unless a task runs and ends
+first: Flower delivers the round's message seconds later (the SuperNode looks for one every
+3 s, and a new `flwr-clientapp` process starts), and a check-in in between gave the node to
+another round, so its task was refused as stale (a replacement attempt of the same run took
+the node it was waiting for: CI of dca6ff8).
 A task of a Venn round the node no longer holds (its round closed before Flower delivered
 the message, and Venn gave the node to another round since) is refused at once, so it does
 not delay the work the node holds now.
@@ -53,7 +58,8 @@ class GatewayRefused(RuntimeError):
 
 class NodeAgent:
     """Check-ins and task reports of one node. ``interval_s``: the longest pause between
-    check-ins while the node gets no work (a shorter retry_after from the gateway wins)."""
+    check-ins while the node gets no work (a shorter retry_after from the gateway wins);
+    ``hold_s``: how long an assignment holds the node for its task to arrive."""
 
     def __init__(
         self,
@@ -63,12 +69,14 @@ class NodeAgent:
         *,
         device_id: str | None = None,
         interval_s: float = 1.0,
+        hold_s: float = 20.0,
     ) -> None:
         self.profile = profile
         self.gateway = gateway.rstrip("/")
         self.token = token
         self.device_id = device_id or profile.device_id
         self.interval_s = interval_s
+        self.hold_s = hold_s
         self.stats = AgentStats()
         self.latest: RoundTag | None = None
         """The last assignment the gateway answered (the round the node holds or held)."""
@@ -130,7 +138,7 @@ class NodeAgent:
                 assigned.job_id,
                 assigned.round_index,
             )
-            return self.interval_s
+            return self.hold_s
         retry = payload.get("retry_after")
         if status == 429 and isinstance(retry, int | float):
             return float(retry)

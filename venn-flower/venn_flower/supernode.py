@@ -105,6 +105,12 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         help=f"a file holding a fixed device token (or {DEVICE_TOKEN_ENV})",
     )
     parser.add_argument("--checkin-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--assignment-hold",
+        type=float,
+        default=20.0,
+        help="seconds an assignment keeps the node from checking in while its task arrives",
+    )
     parser.add_argument("--log-level", default="INFO")
     options = parser.parse_args(args[:split])
     if not options.gateway:
@@ -153,7 +159,11 @@ async def run(options: argparse.Namespace, flower_args: list[str]) -> int:
     except NodeConfigError as exc:
         raise SystemExit(str(exc)) from None
     agent = NodeAgent(
-        profile, options.gateway, options.device_token, interval_s=options.checkin_interval
+        profile,
+        options.gateway,
+        options.device_token,
+        interval_s=options.checkin_interval,
+        hold_s=options.assignment_hold,
     )
     desk = Desk(agent)
     await desk.start()
