@@ -41,7 +41,8 @@ class ServiceSpec:
 def scheduler_spec(worker: int = 1) -> ServiceSpec:
     """Scheduler worker ``worker`` (1, 2, ...): "scheduler", "scheduler-2", ..."""
     name = "scheduler" if worker == 1 else f"scheduler-{worker}"
-    return ServiceSpec(name, ("-m", "services.scheduler", "worker", "-l", "warn"))
+    # info: Faust's rebalance and recovery steps, what a stalled worker's log must show.
+    return ServiceSpec(name, ("-m", "services.scheduler", "worker", "-l", "info"))
 
 
 def recorder_spec() -> ServiceSpec:

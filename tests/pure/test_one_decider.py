@@ -3,9 +3,12 @@ deciding now while it is a member, so that a worker joining never moves the deci
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import pytest
 
-from venn.broker.faust_adapter import choose_decider
+from venn.broker.faust_adapter import choose_decider, report_rebalance_hang
 
 
 def test_the_decider_stays_while_it_is_a_member() -> None:
@@ -27,3 +30,20 @@ def test_of_two_that_say_they_decide_the_lowest_keeps_it() -> None:
 def test_no_members_is_an_error() -> None:
     with pytest.raises(ValueError, match="no members"):
         choose_decider([], ["a"])
+
+
+async def test_a_rebalance_that_does_not_complete_is_reported_with_what_each_task_awaits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def waiting_for_the_broker() -> None:
+        await asyncio.sleep(10)
+
+    stuck = asyncio.ensure_future(waiting_for_the_broker())
+    try:
+        with caplog.at_level(logging.WARNING, logger="venn.broker.faust_adapter"):
+            await report_rebalance_hang(0.01)
+    finally:
+        stuck.cancel()
+    (record,) = caplog.records
+    assert "no rebalance completed" in record.getMessage()
+    assert "waiting_for_the_broker" in record.getMessage()
