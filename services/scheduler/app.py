@@ -34,7 +34,7 @@ from services.scheduler.publisher import Publisher
 from services.scheduler.state import SchedulerState
 from services.scheduler.status import STATUS_INTERVAL_S, publish_status
 from services.scheduler.tables import FaustStore
-from services.scheduler.web import add_pages
+from services.scheduler.web import STALLED_S, add_pages
 from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
@@ -167,6 +167,10 @@ def create_app(settings: Settings | None = None) -> faust.App:
         quiet_logs(logging.getLogger().level)
         watch.start()
         await letters.load(settings)
+
+    @app.timer(STALLED_S / 3)
+    async def _stuck() -> None:
+        loop.report_if_stuck(STALLED_S)
 
     @app.task
     async def _revocations() -> None:

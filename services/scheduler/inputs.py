@@ -53,6 +53,7 @@ from services.scheduler.store import SchedulerStore
 from venn.broker import publish, topics
 from venn.broker.ledger import OffsetLedger
 from venn.broker.stream import Record, record_of
+from venn.diagnostics import task_stacks
 from venn.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,8 @@ class DeciderLoop:
         self.behind: set[str] = set()
         """Topics with records the last fetch knew of and the loop has not read yet."""
         self.failed: BaseException | None = None
+        self.reported_stall = 0.0
+        """The `last_cycle` of the stall last reported."""
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -432,3 +435,18 @@ class DeciderLoop:
     def stalled_s(self) -> float:
         """Seconds since the running loop last finished a cycle (0 when not running)."""
         return time.monotonic() - self.last_cycle if self.running else 0.0
+
+    def report_if_stuck(self, after_s: float) -> bool:
+        """Log once per stall, past ``after_s``, what every task awaits (the CI of f39b3bf:
+        a worker decided nothing for 4 minutes after a Kafka node's SIGKILL, and its log
+        did not say where it waited)."""
+        stalled = self.stalled_s()
+        if stalled <= after_s or self.reported_stall == self.last_cycle:
+            return False
+        self.reported_stall = self.last_cycle
+        log.warning(
+            "the decider's loop has not finished a cycle for %.0f s; the tasks:\n%s",
+            stalled,
+            task_stacks(),
+        )
+        return True

@@ -7,9 +7,11 @@ tests/broker/test_scheduler_pipeline.py, test_failover.py and tests/e2e/test_led
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka.structs import ConsumerRecord
@@ -131,3 +133,28 @@ def test_a_tick_waiting_for_a_topic_runs_only_once_the_decider_has_read_it_all()
     d.behind = {topics.CHECKINS}
     d.cycle({}, 101.0)
     assert len(ran) == 1
+
+
+async def test_a_loop_stuck_past_the_bound_is_reported_once_with_what_it_awaits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    decider = loop([], [])
+    never = asyncio.Event()
+
+    async def waiting_on_the_broker() -> None:
+        await never.wait()
+
+    decider.task = asyncio.ensure_future(waiting_on_the_broker())
+    try:
+        decider.last_cycle = time.monotonic() - 5
+        assert not decider.report_if_stuck(30.0)  # within the bound
+        decider.last_cycle = time.monotonic() - 31
+        with caplog.at_level(logging.WARNING, logger="services.scheduler.inputs"):
+            assert decider.report_if_stuck(30.0)
+            assert not decider.report_if_stuck(30.0)  # once per stall
+        (report,) = caplog.records
+        assert "waiting_on_the_broker" in report.getMessage()
+        decider.last_cycle = time.monotonic() - 40  # a cycle ended, then a new stall
+        assert decider.report_if_stuck(30.0)
+    finally:
+        decider.task.cancel()

@@ -20,7 +20,6 @@ would survive it (docs/architecture.md, "The decider's stream edge").
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -33,6 +32,8 @@ from faust.assignor.client_assignment import ClientAssignment
 from faust.assignor.partition_assignor import MemberAssignmentMapping, MemberMetadataMapping
 from faust.stores import memory
 from faust.types import TP
+
+from venn.diagnostics import task_stacks
 
 log = logging.getLogger(__name__)
 
@@ -195,13 +196,10 @@ worker rejoined its group and decided nothing for 4 minutes, its log at warn lev
 
 async def report_rebalance_hang(after_s: float) -> None:
     await asyncio.sleep(after_s)
-    stacks = io.StringIO()
-    for task in asyncio.all_tasks():
-        task.print_stack(limit=8, file=stacks)
     log.warning(
         "no rebalance completed %.0f s after the partitions were revoked; the tasks:\n%s",
         after_s,
-        stacks.getvalue(),
+        task_stacks(),
     )
 
 
