@@ -61,7 +61,11 @@ rootLogger.level = WARN
 rootLogger.appenderRef.console.ref = console
 logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = INFO
+logger.groups.name = org.apache.kafka.coordinator.group
+logger.groups.level = INFO
 """
+# Group rebalances at INFO (generations, members, why each began): what a consumer stuck
+# after a node's loss had from the broker (test_faults in the CI of f39b3bf).
 
 
 def new_cluster_id() -> str:
