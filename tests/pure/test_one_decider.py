@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 import pytest
 
 from venn.broker.faust_adapter import choose_decider, report_rebalance_hang
+from venn.diagnostics import awaits, task_stacks
 
 
 def test_the_decider_stays_while_it_is_a_member() -> None:
@@ -47,3 +49,41 @@ async def test_a_rebalance_that_does_not_complete_is_reported_with_what_each_tas
     (record,) = caplog.records
     assert "no rebalance completed" in record.getMessage()
     assert "waiting_for_the_broker" in record.getMessage()
+
+
+async def test_the_report_covers_the_loops_other_threads_run() -> None:
+    """Faust runs aiokafka's group membership on a loop of its own thread."""
+    started, done = threading.Event(), threading.Event()
+
+    async def member_of_the_group() -> None:
+        started.set()
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+
+    thread = threading.Thread(target=lambda: asyncio.run(member_of_the_group()))
+    thread.start()
+    try:
+        assert started.wait(5)
+        assert "member_of_the_group" in task_stacks()
+    finally:
+        done.set()
+        thread.join(5)
+
+
+async def test_the_report_follows_a_task_down_to_what_it_awaits() -> None:
+    gate = asyncio.Event()
+
+    async def innermost() -> None:
+        await gate.wait()
+
+    async def outer() -> None:
+        await innermost()
+
+    task = asyncio.ensure_future(outer())
+    await asyncio.sleep(0)
+    try:
+        chain = awaits(task.get_coro())
+        assert [line.rsplit(" in ", 1)[1] for line in chain[:2]] == ["outer", "innermost"]
+    finally:
+        gate.set()
+        await task
