@@ -18,6 +18,8 @@ through `venn.broker.faust_adapter`.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,21 @@ def quiet_logs(level: int = logging.WARNING) -> None:
     # started with `-l info` keeps Faust's recovery and rebalance logs.
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(level, logging.INFO))
+
+
+def restart_process(broker: BrokerWatch) -> bool:
+    """Replace this worker process with a fresh one, same command line and environment
+    (`RejoinWatch`: its group membership is stuck); False while the broker is away, which a
+    fresh worker could not join either."""
+    if not broker.available:
+        log.warning("the group membership is stuck and the broker is away: not restarting")
+        return False
+    log.warning("the group membership is stuck: this worker starts again as a new process")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, sys.orig_argv)
 
 
 def worker_app(settings: Settings) -> faust.App:
@@ -157,9 +174,8 @@ def create_app(settings: Settings | None = None) -> faust.App:
         Tick(STATUS_INTERVAL_S, lambda now: publish_status(state, outbox.put, now)),
     ]
     loop = DeciderLoop(settings, state, intakes, outbox, send, ledger, ticks, letters.ready.wait)
-    follow_decider(app, loop.start, loop.stop)
-
     watch = BrokerWatch(settings.broker, settings.kafka_credentials)
+    follow_decider(app, loop.start, loop.stop, lambda: restart_process(watch))
     add_pages(app, watch, loop)
 
     @app.task

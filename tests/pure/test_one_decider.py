@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from venn.broker.faust_adapter import choose_decider, report_rebalance_hang
+from venn.broker.faust_adapter import RejoinWatch, choose_decider
 from venn.diagnostics import awaits, task_stacks
 
 
@@ -41,14 +41,45 @@ async def test_a_rebalance_that_does_not_complete_is_reported_with_what_each_tas
         await asyncio.sleep(10)
 
     stuck = asyncio.ensure_future(waiting_for_the_broker())
+    watch = RejoinWatch(None, after_s=0.05)
     try:
         with caplog.at_level(logging.WARNING, logger="venn.broker.faust_adapter"):
-            await report_rebalance_hang(0.01)
+            watch.revoked()
+            await asyncio.sleep(0.08)
     finally:
         stuck.cancel()
+        watch.completed()
     (record,) = caplog.records
     assert "no rebalance completed" in record.getMessage()
     assert "waiting_for_the_broker" in record.getMessage()
+
+
+async def test_a_worker_never_given_its_partitions_again_is_restarted() -> None:
+    """test_faults in CI: after a revoke the consumer never joined the group again."""
+    calls: list[float] = []
+    answers = [False, True]  # the first time the broker is away: asked again
+
+    def restart() -> bool:
+        calls.append(asyncio.get_running_loop().time())
+        return answers[len(calls) - 1]
+
+    watch = RejoinWatch(restart, after_s=0.05)
+    watch.revoked()
+    await asyncio.sleep(0.2)
+    assert len(calls) == 2 and watch.task is not None and watch.task.done()
+
+    # Given its partitions again (recovery under way): reported, not restarted.
+    calls.clear()
+    watch.revoked()
+    watch.assigned()
+    await asyncio.sleep(0.08)
+    assert calls == []
+    watch.completed()
+    # A rebalance that completes in time: nothing.
+    watch.revoked()
+    watch.completed()
+    await asyncio.sleep(0.08)
+    assert calls == []
 
 
 async def test_the_report_covers_the_loops_other_threads_run() -> None:
