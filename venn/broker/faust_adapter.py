@@ -217,6 +217,7 @@ class RejoinWatch:
         self.given = False
         """Partitions assigned since the last revoke."""
         self.task: asyncio.Task[None] | None = None
+        self.reports = 0
 
     def revoked(self) -> None:
         self.given = False
@@ -241,6 +242,7 @@ class RejoinWatch:
                 "partitions given again" if self.given else "not given again",
                 task_stacks(),
             )
+            self.reports += 1
             if not self.given and self.restart is not None and self.restart():
                 return
 
