@@ -33,7 +33,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from devtools.process import PRIVATE_UMASK, open_private_log, private_dir, tighten, write_private
+from devtools.process import (
+    PRIVATE_UMASK,
+    open_private_log,
+    private_dir,
+    tail,
+    tighten,
+    write_private,
+)
 from devtools.starts import note_start
 from venn.broker.health import metadata_brokers
 from venn.net import free_port
@@ -482,7 +489,7 @@ class KafkaBroker:
                 if proc.poll() is not None:
                     raise KafkaError(
                         f"Kafka node {node_id} exited with {proc.returncode}; see "
-                        f"{self.log_path(node_id)}:\n{_tail(self.log_path(node_id))}"
+                        f"{self.log_path(node_id)}:\n{tail(self.log_path(node_id))}"
                     )
                 if self._brokers_seen(node.port) >= self.live_nodes():
                     del pending[node_id]
@@ -570,10 +577,3 @@ class KafkaBroker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

@@ -99,3 +99,12 @@ def terminate_all(pids: list[int], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for pid in pids:
         terminate(pid, max(0.0, deadline - time.monotonic()))
+
+
+def tail(path: str | Path, lines: int = 30) -> str:
+    """The last ``lines`` of a log ("" when it cannot be read): what a failure message
+    quotes of a child process."""
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -26,9 +26,12 @@ from pathlib import Path
 
 from devtools.flower_testbed.report import RunReport
 from devtools.flower_testbed.secure import TlsFiles, make_node_key, make_tls
+from devtools.process import tail
 from venn.net import free_port, wait_listening
 
 CONNECTION = "testbed"
+LS_EVERY_S = 15.0
+"""How often `wait` asks `flwr ls` while no run of its has written its report."""
 EXAMPLE_APPS = Path(__file__).resolve().parents[2] / "examples" / "flower" / "apps"
 """The example apps of a source checkout (the demo, the benchmark and the tests use them)."""
 
@@ -318,12 +321,23 @@ class FlowerTestbed:
         when one failed or did not finish in time)."""
         deadline = time.monotonic() + timeout
         pending = {r.run_id: r for r in runs}
+        asked = time.monotonic()
         while pending:
+            # `flwr ls` is a Python process of its own (3 s of CPU here): asked every second,
+            # two beds' polls took most of a 2-core machine and a CI's Flower setup passed
+            # 600 s. Asked when a report lands, else now and then for a run that failed.
+            reported = any(r.report_path.exists() for r in pending.values())
+            if not reported and time.monotonic() - asked < LS_EVERY_S:
+                if time.monotonic() > deadline:
+                    asked = 0.0  # one last look before giving up
+                time.sleep(0.5)
+                continue
+            asked = time.monotonic()
             try:
                 statuses = self.statuses()
             except subprocess.TimeoutExpired:
-                # `flwr ls` is a Python process of its own: beside two busy loops it took
-                # longer than its 60 s once; the runs' own deadline still holds.
+                # Beside two busy loops `flwr ls` took longer than its 60 s once; the runs'
+                # own deadline still holds.
                 statuses = {}
             for run_id, status in statuses.items():
                 if run_id in pending and status.startswith("finished"):
@@ -340,6 +354,13 @@ class FlowerTestbed:
             if pending:
                 time.sleep(1.0)
         return [RunReport.read(r.report_path) for r in runs]
+
+    def digest(self, lines: int = 15) -> str:
+        """The tail of every log of the bed (SuperLink, bridge, nodes): what a failure
+        quotes, since the bed's directory may be gone by the time anyone reads it."""
+        return "\n".join(
+            f"--- {path.name}\n{tail(path, lines)}" for path in sorted(self.root.glob("*.log"))
+        )
 
     def log(self, run_id: int) -> str:
         done = subprocess.run(

@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from devtools.process import PRIVATE_UMASK, open_private_log, pid_alive, terminate, write_private
+from devtools.process import (
+    PRIVATE_UMASK,
+    open_private_log,
+    pid_alive,
+    tail,
+    terminate,
+    write_private,
+)
 
 SERVICES_FILE = "services.json"
 
@@ -119,11 +126,7 @@ def stop_services(run_dir: str | Path, timeout: float = 10.0) -> list[str]:
 
 
 def log_tail(run_dir: str | Path, name: str, lines: int = 20) -> str:
-    path = Path(run_dir) / f"{name}.log"
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    return tail(Path(run_dir) / f"{name}.log", lines)
 
 
 def first_error(run_dir: str | Path, name: str) -> str:

@@ -528,9 +528,14 @@ class Gateway:
 
     async def checkin(self, req: CheckinRequest, deadline: float) -> tuple[int, Json]:
         """Produce the check-in and wait (until `deadline`, loop time) for its answer."""
+        answer = await self._checkin(req, deadline)
+        if answer[0] == 200:
+            self.stats.checkins += 1
+        return answer
+
+    async def _checkin(self, req: CheckinRequest, deadline: float) -> tuple[int, Json]:
         assert self.producer is not None
         loop = asyncio.get_running_loop()
-        self.stats.checkins += 1
         cid = "gw-" + os.urandom(12).hex()
         if not self.broker.available:
             # The demand view stopped moving with the broker: no answer from it now.

@@ -10,6 +10,8 @@ from venn.metrics import labelled
 @dataclass
 class GatewayStats:
     checkins: int = 0
+    """Check-ins answered (200: assigned or not); those shed with 429 count in `overloaded`,
+    `late` or `broker_down` instead."""
     assigned: int = 0
     no_assignment: int = 0
     """Waited the full bound without an assignment."""
@@ -25,10 +27,11 @@ class GatewayStats:
     wanted_not_modified: int = 0
     """`GET /v1/wanted` answered 304: the asker's copy (If-None-Match) holds."""
     overloaded: int = 0
+    """Refused at once: too many in flight, the event loop lagging or the batches in front
+    of the broker full."""
     late: int = 0
     """Check-ins read so long after they arrived (a stalled loop) that they were answered
     429 at once instead of being waited for."""
-    """Refused at once: too many in flight or the event loop lagging."""
     kafka_errors: int = 0
     invalid: int = 0
     results: int = 0
@@ -47,6 +50,7 @@ class GatewayStats:
     dead_letters_unsent: int = 0
     """Dead letters the broker did not take."""
     broker_down: int = 0
+    """Requests refused at once because the broker was unavailable."""
     refused_results: int = 0
     """Results from a device the round did not assign (403)."""
     refused_enrolments: int = 0
@@ -54,7 +58,6 @@ class GatewayStats:
     unauthorized: int = 0
     """Requests without a valid token (401) or with one that does not allow them (403)."""
     enrolled: int = 0
-    """Requests refused at once because the broker was unavailable."""
     dead_letter_reasons: dict[str, int] = field(default_factory=dict, metadata=labelled("reason"))
     """Dead letters this gateway published, by InvalidEvent kind."""
     consumer_lag: dict[tuple[str, str], int] = field(
