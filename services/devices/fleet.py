@@ -61,6 +61,7 @@ class FleetStats:
     results_failed: int = 0
     refused: int = 0  # assignments to a device already serving its check-in's task
     unknown: int = 0  # assignments to devices this fleet has no open check-in for
+    repeated: int = 0  # an assignment this device already took, published again
     http_errors: int = 0  # check-ins or uploads the gateway did not answer (HTTP mode)
     invalid: int = 0  # assignment records it could not use, skipped (their owner dead-letters)
     trace_time: float = 0.0
@@ -70,7 +71,8 @@ class FleetStats:
 class _Window:
     end: float
     duration: float
-    served: bool = False
+    served: str | None = None
+    """The id of the assignment it took for this check-in."""
 
 
 @dataclass(order=True)
@@ -188,13 +190,18 @@ class DeviceFleet:
         if window is None:
             self.stats.unknown += 1
             return
+        if window.served == a.event_id:
+            # Published again by a new decider (it cannot know what got out before its
+            # predecessor died): the device runs it once, as a device of the SDK does.
+            self.stats.repeated += 1
+            return
         self.stats.assignments += 1
-        if window.served:
+        if window.served is not None:
             # One task per check-in: a second assignment for the same check-in is refused.
             self.stats.refused += 1
             self._schedule(a, now, ok=False, elapsed=0.0, reason="device busy")
             return
-        window.served = True
+        window.served = a.event_id
         limit = window.end + self.slack_s
         if now + window.duration <= limit:
             self._schedule(a, now + window.duration, ok=True, elapsed=window.duration)

@@ -30,6 +30,10 @@ commit, with two exceptions that make a check-in decided at most once:
   after the rows were durable and before they went out. A reader that had it takes it
   once; a gateway that answered that check-in without it releases the device
   (DeviceResult ``undelivered``).
+
+Before either, the successor reads the jobs, rounds and results to the ends their logs
+have when it takes over (`DeciderLoop.catch_up`): what it publishes again and the check-ins
+it decides then see every round its predecessor's inputs closed.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from services.scheduler import metrics
 from services.scheduler.intake import Intake
 from services.scheduler.state import SchedulerState
 from services.scheduler.store import SchedulerStore
+from venn.aio import being_cancelled
 from venn.broker import publish, topics
 from venn.broker.ledger import OffsetLedger
 from venn.broker.stream import Record, record_of
@@ -70,6 +75,10 @@ ORDER = (
 )
 """The topics the decider reads, in the order a cycle hands them on: a round opened or a
 device released in a fetch can take that fetch's check-ins."""
+
+CATCH_UP = ORDER[: ORDER.index(topics.CHECKINS)]
+"""What a new decider reads to the logs' ends before it decides a check-in or publishes
+again what devices hold: the jobs, rounds and results its predecessor may not have read."""
 
 SEND_RETRY_S = 1.0
 ACK_WAIT_S = 15.0
@@ -222,6 +231,12 @@ class DeciderLoop:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+        except asyncio.CancelledError:
+            if being_cancelled():
+                raise
+            # Raised out of a rebalance callback, a CancelledError ends aiokafka's group
+            # coordination for good (it catches only Exception): no rejoin, no decisions.
+            log.warning("the decider's loop had ended cancelled")
         except Exception:
             pass  # logged by the task
         self.state.invalidate()
@@ -236,7 +251,14 @@ class DeciderLoop:
                 await self._loop()
                 return
             except asyncio.CancelledError:
-                raise
+                if being_cancelled() or self.stopping.is_set():
+                    raise
+                # A future the loop awaited was cancelled under it (not the loop): a loop
+                # ended by it would leave this worker the decider, deciding nothing.
+                log.warning("the decider's loop met a cancellation it did not ask for; again")
+                self.state.invalidate()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), SEND_RETRY_S)
             except KafkaError as exc:  # the broker away or moving: read again from the commit
                 log.warning("the decider's loop lost the broker (%r); starting it again", exc)
                 self.state.invalidate()
@@ -291,13 +313,13 @@ class DeciderLoop:
             stopped_clean = stopped_cleanly(self.state.store)
             self.state.store.put_decided(STOP_KEY, RUNNING)
             await self.state.store.durable()  # a death from here on is not a clean stop
+            self.behind = set(ORDER)  # until the first fetch says how far the logs go
+            await self.catch_up(consumer, parts)
             if not stopped_clean:
-                for batch in self.state.held_assignments(now):
+                for batch in self.state.held_assignments(time.time()):
                     self.outbox.put(topics.ASSIGNMENTS, *publish.message(topics.ASSIGNMENTS, batch))
                     metrics.ANNOUNCED_AGAIN.inc(len(batch.assignments))
                 await self.outbox.send(self.send)
-            self.settled, self.committed = {}, {}
-            self.behind = set(ORDER)  # until the first fetch says how far the logs go
             committer = asyncio.ensure_future(self._commit_every(consumer))
             metrics.DECIDING.set(1)
             gather_s = settings.scheduler.gather_ms / 1000
@@ -346,6 +368,36 @@ class DeciderLoop:
         finally:
             metrics.DECIDING.set(0)
             await consumer.stop()
+
+    async def catch_up(self, consumer: AIOKafkaConsumer, parts: list[TopicPartition]) -> int:
+        """Read the `CATCH_UP` topics to the ends they have now, in cycles of their own;
+        the records read. A successor that decided check-ins first kept a round its
+        predecessor had seen close open: it published that round's assignments again, the
+        devices that had run them answered with failures, and it filled the round anew
+        (ledger chaos beside two busy loops, CI of 18b8dbd: 12 assignments for a demand
+        of 8). Check-ins wait in their partitions meanwhile."""
+        control = [tp for tp in parts if tp.topic in CATCH_UP]
+        ends = await consumer.end_offsets(control)
+        self.settled, self.committed = {}, {}
+        started, read = time.monotonic(), 0
+        while not self.stopping.is_set():
+            todo = [tp for tp in control if await consumer.position(tp) < ends[tp]]
+            if not todo:
+                break
+            fetched = await consumer.getmany(
+                *todo, timeout_ms=1000, max_records=self.settings.scheduler.decide_together
+            )
+            read += sum(len(records) for records in fetched.values())
+            self.cycle(fetched, time.time())
+            await self.settle()
+            self._settle_offsets(consumer)
+        log.info(
+            "read %d records of %s to their ends in %.2f s",
+            read,
+            ", ".join(CATCH_UP),
+            time.monotonic() - started,
+        )
+        return read
 
     def _wait_ms(self) -> int:
         now = time.monotonic()

@@ -101,8 +101,16 @@ async def test_checkins_results_and_failures_follow_the_trace_clock(
             if len(ready) == 3 and not sent_at:
                 sent_at["first"] = clock.now()
                 # Device base+2 is assigned twice for one check-in: the second is refused.
-                for device in (base, base + 1, base + 2, base + 2):
-                    a = assignment(job, device)
+                # Device base's assignment is published again (as a new decider does): it
+                # runs it once.
+                first = assignment(job, base)
+                for a in (
+                    first,
+                    assignment(job, base + 1),
+                    assignment(job, base + 2),
+                    assignment(job, base + 2),
+                    first,
+                ):
                     await producer.send_and_wait(
                         topics.ASSIGNMENTS, events.encode(a), key=job.encode()
                     )
@@ -137,6 +145,7 @@ async def test_checkins_results_and_failures_follow_the_trace_clock(
     assert sorted((r.ok, r.reason) for _, r in busy) == [(False, "device busy"), (True, None)]
     assert [r.ok for _, r in by_device[str(base + 3)]] == [True]
     assert stats.refused == 1 and stats.results_ok == 3 and stats.results_failed == 2
+    assert stats.repeated == 1
 
 
 def defaultdict_list(

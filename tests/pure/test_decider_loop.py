@@ -7,6 +7,7 @@ tests/broker/test_scheduler_pipeline.py, test_failover.py and tests/e2e/test_led
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -16,7 +17,14 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka.structs import ConsumerRecord
 
-from services.scheduler.inputs import ORDER, DeciderLoop, Outbox, Tick, decided_offsets
+from services.scheduler.inputs import (
+    CATCH_UP,
+    ORDER,
+    DeciderLoop,
+    Outbox,
+    Tick,
+    decided_offsets,
+)
 from services.scheduler.state import SchedulerState
 from services.scheduler.store import MemoryStore
 from venn.broker import topics
@@ -36,8 +44,8 @@ class Seen:
         return ["handled"] * len(records)
 
 
-def record(topic: str, offset: int) -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord(topic, 0, offset, 0, 0, b"k", b"v", None, 1, 1, [])
+def record(topic: str, offset: int, partition: int = 0) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(topic, partition, offset, 0, 0, b"k", b"v", None, 1, 1, [])
 
 
 def loop(order: list[str], ticks: list[Tick], store: Any = None) -> DeciderLoop:
@@ -158,3 +166,109 @@ async def test_a_loop_stuck_past_the_bound_is_reported_once_with_what_it_awaits(
         assert decider.report_if_stuck(30.0)
     finally:
         decider.task.cancel()
+
+
+class Logs:
+    """The consumer calls `catch_up` makes, over logs in memory; a fetch brings at most one
+    record of each partition it is asked for (every partition when asked for none), so the
+    catch-up takes several cycles."""
+
+    def __init__(self, logs: dict[TopicPartition, int]) -> None:
+        self.logs = {
+            tp: [record(tp.topic, i, tp.partition) for i in range(n)] for tp, n in logs.items()
+        }
+        self.at = dict.fromkeys(logs, 0)
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: len(self.logs[tp]) for tp in tps}
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.at[tp]
+
+    async def getmany(
+        self, *tps: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        fetched = {}
+        for tp in tps or tuple(self.logs):
+            if self.at[tp] < len(self.logs[tp]):
+                fetched[tp] = [self.logs[tp][self.at[tp]]]
+                self.at[tp] += 1
+        return fetched
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.logs)
+
+
+async def test_a_new_decider_reads_jobs_rounds_and_results_to_their_ends_before_a_checkin() -> None:
+    """Ledger chaos beside two busy loops (CI of 18b8dbd): a successor decided check-ins
+    before it read the close of a round its predecessor had filled, published that round's
+    assignments again, and filled it anew: 12 assignments for a demand of 8."""
+    order: list[str] = []
+    d = loop(order, [])
+    logs = {
+        TopicPartition(topics.JOBS, 1): 2,
+        TopicPartition(topics.ROUNDS, 0): 3,
+        TopicPartition(topics.RESULTS, 2): 1,
+        TopicPartition(topics.CHECKINS, 0): 4,
+        TopicPartition(topics.STATUS, 0): 1,
+    }
+    for tp in logs:
+        d.ledger.begin(tp.topic, tp.partition, 0)
+    consumer: Any = Logs(logs)
+    assert await d.catch_up(consumer, list(logs)) == 6
+    assert sorted(order) == sorted(
+        [f"{tp.topic}:{i}" for tp, n in logs.items() if tp.topic in CATCH_UP for i in range(n)]
+    )
+    # Check-ins (and what follows them in a cycle) wait, unread, for the decider's loop.
+    assert consumer.at[TopicPartition(topics.CHECKINS, 0)] == 0
+    assert consumer.at[TopicPartition(topics.STATUS, 0)] == 0
+    # What it read is settled: the committer may commit it.
+    assert d.settled[TopicPartition(topics.ROUNDS, 0)] == 3
+    assert d.settled.get(TopicPartition(topics.CHECKINS, 0), 0) == 0
+
+
+async def test_a_catch_up_with_nothing_to_read_fetches_nothing() -> None:
+    d = loop([], [])
+    consumer: Any = Logs({TopicPartition(topics.JOBS, 0): 0, TopicPartition(topics.CHECKINS, 0): 2})
+    assert await d.catch_up(consumer, list(consumer.logs)) == 0
+    assert consumer.at[TopicPartition(topics.CHECKINS, 0)] == 0
+
+
+async def test_a_loop_ended_by_a_cancellation_it_did_not_ask_for_starts_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A future cancelled under the loop (not the loop's task) must not end it: the worker
+    would stay the decider and decide nothing; and `stop` must not hand that cancellation
+    to the rebalance callback that awaits it (see faust_adapter.contain_cancellation)."""
+    d = loop([], [])
+    runs: list[int] = []
+
+    async def _loop() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            cancelled.cancel()
+            await cancelled
+        await d.stopping.wait()
+
+    d._loop = _loop  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="services.scheduler.inputs"):
+        d.start()
+        deadline = time.monotonic() + 10
+        while len(runs) < 2:
+            assert time.monotonic() < deadline, "the loop did not start again"
+            await asyncio.sleep(0.05)
+        assert d.running
+        await d.stop()
+    assert "did not ask for" in caplog.text
+    assert not d.running
+
+    # A loop task that ended cancelled before the stop: the stop returns.
+    d2 = loop([], [])
+    cancelled_task = asyncio.ensure_future(asyncio.sleep(60))
+    await asyncio.sleep(0)
+    cancelled_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await cancelled_task
+    d2.task = cancelled_task
+    await d2.stop()  # returns: the cancellation was the task's, not this caller's

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from venn.broker.faust_adapter import RejoinWatch, choose_decider
+from venn.broker.faust_adapter import RejoinWatch, choose_decider, contain_cancellation
 from venn.diagnostics import awaits, task_stacks
 
 
@@ -123,4 +123,33 @@ async def test_the_report_follows_a_task_down_to_what_it_awaits() -> None:
         assert [line.rsplit(" in ", 1)[1] for line in chain[:2]] == ["outer", "innermost"]
     finally:
         gate.set()
+        await task
+
+
+async def test_a_cancellation_a_rebalance_callback_did_not_ask_for_stays_in_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """aiokafka catches only Exception around its rebalance listener: a CancelledError
+    handed back from Faust's callback ends the consumer's group coordination silently."""
+
+    async def stop_of_a_cancelled_loop() -> None:
+        cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        cancelled.cancel()
+        await cancelled
+
+    with caplog.at_level(logging.ERROR, logger="venn.broker.faust_adapter"):
+        await contain_cancellation(stop_of_a_cancelled_loop(), "on_partitions_revoked")
+    assert "a cancellation not asked for" in caplog.text
+
+    # The callback's own cancellation (a shutdown) still ends it.
+    started = asyncio.Event()
+
+    async def slow() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    task = asyncio.ensure_future(contain_cancellation(slow(), "on_partitions_revoked"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
         await task

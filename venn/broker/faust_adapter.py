@@ -33,6 +33,7 @@ from faust.assignor.partition_assignor import MemberAssignmentMapping, MemberMet
 from faust.stores import memory
 from faust.types import TP
 
+from venn.aio import being_cancelled
 from venn.diagnostics import task_stacks
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def follow_decider(
     @app.on_partitions_revoked.connect  # type: ignore[arg-type,misc]
     async def _revoked(sender: object, revoked: object, **kwargs: object) -> None:
         watch.revoked()
-        await stop()
+        await contain_cancellation(stop(), "on_partitions_revoked")
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type,misc]
     async def _assigned(sender: object, assigned: object, **kwargs: object) -> None:
@@ -183,7 +184,7 @@ def follow_decider(
     @app.on_before_shutdown.connect  # type: ignore[arg-type,misc]
     async def _shutdown(sender: object, **kwargs: object) -> None:
         watch.completed()
-        await stop()
+        await contain_cancellation(stop(), "on_before_shutdown")
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type,misc]
     async def _complete(sender: object, **kwargs: object) -> None:
@@ -192,6 +193,20 @@ def follow_decider(
             start()
         else:
             log.info("standby")
+
+
+async def contain_cancellation(work: Awaitable[None], callback: str) -> None:
+    """Await ``work`` for a rebalance callback, letting no `CancelledError` out unless the
+    callback itself was cancelled. Faust runs the callback for aiokafka's consumer thread
+    and hands any exception back to it; aiokafka catches only `Exception` around its
+    listener, so a `CancelledError` there ends its group coordination without a word: the
+    worker never joins the group again (test_faults' stall, docs/architecture.md)."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        if being_cancelled():
+            raise
+        log.exception("%s: a cancellation not asked for, contained", callback)
 
 
 REBALANCE_HANG_S = 60.0
