@@ -33,7 +33,11 @@ commit, with two exceptions that make a check-in decided at most once:
 
 Before either, the successor reads the jobs, rounds and results to the ends their logs
 have when it takes over (`DeciderLoop.catch_up`): what it publishes again and the check-ins
-it decides then see every round its predecessor's inputs closed.
+it decides then see every round its predecessor's inputs closed. A successor that decided
+check-ins first kept a round its predecessor had seen close open, published that round's
+assignments again, and filled it anew when the devices that had run them answered with
+failures (ledger chaos beside two busy loops, CI of 18b8dbd: 12 assignments for a demand
+of 8).
 """
 
 from __future__ import annotations
@@ -170,6 +174,45 @@ class Outbox:
                 await asyncio.sleep(SEND_RETRY_S)
 
 
+class InputOffsets:
+    """What the decider may commit of its inputs, and its commits to `inputs_group`."""
+
+    def __init__(self, ledger: OffsetLedger) -> None:
+        self.ledger = ledger
+        self.settled: dict[TopicPartition, int] = {}
+        """Partition -> the offset after the last record whose effects and outputs the
+        broker holds: what may be committed."""
+        self.committed: dict[TopicPartition, int] = {}
+
+    def settle(self, consumer: AIOKafkaConsumer) -> None:
+        """Every record accounted so far has its effects and outputs at the broker."""
+        for tp in consumer.assignment():
+            offset = self.ledger.next_offset(tp.topic, tp.partition)
+            if offset is not None:
+                self.settled[tp] = offset
+
+    async def commit_every(self, consumer: AIOKafkaConsumer, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.commit(consumer)
+
+    async def commit(self, consumer: AIOKafkaConsumer) -> None:
+        """Commit the settled offsets that moved since the last commit."""
+        offsets = {
+            tp: OffsetAndMetadata(offset, "")
+            for tp, offset in self.settled.items()
+            if self.committed.get(tp) != offset
+        }
+        if not offsets:
+            return
+        try:
+            await consumer.commit(offsets)
+        except KafkaError as exc:  # the next commit carries these offsets too
+            log.warning("input offsets not committed: %r", exc)
+            return
+        self.committed.update({tp: meta.offset for tp, meta in offsets.items()})
+
+
 class DeciderLoop:
     def __init__(
         self,
@@ -198,10 +241,7 @@ class DeciderLoop:
         self.stopping = asyncio.Event()
         self.last_cycle = time.monotonic()
         """When the loop last finished a cycle (monotonic), for /healthz."""
-        self.settled: dict[TopicPartition, int] = {}
-        """Partition -> the offset after the last record whose effects and outputs the
-        broker holds: what may be committed."""
-        self.committed: dict[TopicPartition, int] = {}
+        self.offsets = InputOffsets(ledger)
         self.behind: set[str] = set()
         """Topics with records the last fetch knew of and the loop has not read yet."""
         self.failed: BaseException | None = None
@@ -320,7 +360,9 @@ class DeciderLoop:
                     self.outbox.put(topics.ASSIGNMENTS, *publish.message(topics.ASSIGNMENTS, batch))
                     metrics.ANNOUNCED_AGAIN.inc(len(batch.assignments))
                 await self.outbox.send(self.send)
-            committer = asyncio.ensure_future(self._commit_every(consumer))
+            committer = asyncio.ensure_future(
+                self.offsets.commit_every(consumer, settings.scheduler.commit_interval_s)
+            )
             metrics.DECIDING.set(1)
             gather_s = settings.scheduler.gather_ms / 1000
             most = settings.scheduler.decide_together
@@ -346,7 +388,7 @@ class DeciderLoop:
                     metrics.CYCLE.labels("decide").observe(decided - brought)
                     metrics.CYCLE.labels("rows_durable").observe(durable - decided)
                     metrics.CYCLE.labels("outputs_acked").observe(sent - durable)
-                self._settle_offsets(consumer)
+                self.offsets.settle(consumer)
                 self._observe_lag(consumer)
                 self.last_cycle = time.monotonic()
                 if gathering:
@@ -358,10 +400,10 @@ class DeciderLoop:
                             await asyncio.wait_for(self.stopping.wait(), left)
                     consumer.resume(*parts)
             await self.settle()
-            self._settle_offsets(consumer)
+            self.offsets.settle(consumer)
             committer.cancel()
             await asyncio.gather(committer, return_exceptions=True)
-            await self.commit(consumer)
+            await self.offsets.commit(consumer)
             # Every output acknowledged: the next decider has nothing to publish again.
             self.state.store.put_decided(STOP_KEY, CLEAN)
             await self.state.store.durable()
@@ -370,33 +412,23 @@ class DeciderLoop:
             await consumer.stop()
 
     async def catch_up(self, consumer: AIOKafkaConsumer, parts: list[TopicPartition]) -> int:
-        """Read the `CATCH_UP` topics to the ends they have now, in cycles of their own;
-        the records read. A successor that decided check-ins first kept a round its
-        predecessor had seen close open: it published that round's assignments again, the
-        devices that had run them answered with failures, and it filled the round anew
-        (ledger chaos beside two busy loops, CI of 18b8dbd: 12 assignments for a demand
-        of 8). Check-ins wait in their partitions meanwhile."""
+        """Read the `CATCH_UP` topics to the ends they have now, in cycles of their own, while
+        check-ins wait in their partitions (see the module's docstring); the records read."""
         control = [tp for tp in parts if tp.topic in CATCH_UP]
         ends = await consumer.end_offsets(control)
-        self.settled, self.committed = {}, {}
+        self.offsets = InputOffsets(self.ledger)
         started, read = time.monotonic(), 0
         while not self.stopping.is_set():
             todo = [tp for tp in control if await consumer.position(tp) < ends[tp]]
             if not todo:
                 break
-            fetched = await consumer.getmany(
-                *todo, timeout_ms=1000, max_records=self.settings.scheduler.decide_together
-            )
+            most = self.settings.scheduler.decide_together
+            fetched = await consumer.getmany(*todo, timeout_ms=1000, max_records=most)
             read += sum(len(records) for records in fetched.values())
             self.cycle(fetched, time.time())
             await self.settle()
-            self._settle_offsets(consumer)
-        log.info(
-            "read %d records of %s to their ends in %.2f s",
-            read,
-            ", ".join(CATCH_UP),
-            time.monotonic() - started,
-        )
+            self.offsets.settle(consumer)
+        log.info("caught up: %d records in %.2f s", read, time.monotonic() - started)
         return read
 
     def _wait_ms(self) -> int:
@@ -444,34 +476,6 @@ class DeciderLoop:
         """The cycle's rows durable, then its outputs sent and acknowledged."""
         await self.state.store.durable()
         await self.outbox.send(self.send)
-
-    def _settle_offsets(self, consumer: AIOKafkaConsumer) -> None:
-        """Every record accounted so far has its effects and outputs at the broker."""
-        for tp in consumer.assignment():
-            offset = self.ledger.next_offset(tp.topic, tp.partition)
-            if offset is not None:
-                self.settled[tp] = offset
-
-    async def _commit_every(self, consumer: AIOKafkaConsumer) -> None:
-        while True:
-            await asyncio.sleep(self.settings.scheduler.commit_interval_s)
-            await self.commit(consumer)
-
-    async def commit(self, consumer: AIOKafkaConsumer) -> None:
-        """Commit the settled offsets that moved since the last commit."""
-        offsets = {
-            tp: OffsetAndMetadata(offset, "")
-            for tp, offset in self.settled.items()
-            if self.committed.get(tp) != offset
-        }
-        if not offsets:
-            return
-        try:
-            await consumer.commit(offsets)
-        except KafkaError as exc:  # the next commit carries these offsets too
-            log.warning("input offsets not committed: %r", exc)
-            return
-        self.committed.update({tp: meta.offset for tp, meta in offsets.items()})
 
     def _observe_lag(self, consumer: AIOKafkaConsumer) -> None:
         behind = set()

@@ -223,8 +223,8 @@ async def test_a_new_decider_reads_jobs_rounds_and_results_to_their_ends_before_
     assert consumer.at[TopicPartition(topics.CHECKINS, 0)] == 0
     assert consumer.at[TopicPartition(topics.STATUS, 0)] == 0
     # What it read is settled: the committer may commit it.
-    assert d.settled[TopicPartition(topics.ROUNDS, 0)] == 3
-    assert d.settled.get(TopicPartition(topics.CHECKINS, 0), 0) == 0
+    assert d.offsets.settled[TopicPartition(topics.ROUNDS, 0)] == 3
+    assert d.offsets.settled.get(TopicPartition(topics.CHECKINS, 0), 0) == 0
 
 
 async def test_a_catch_up_with_nothing_to_read_fetches_nothing() -> None:
