@@ -32,6 +32,9 @@ from venn.net import free_port, wait_listening
 CONNECTION = "testbed"
 LS_EVERY_S = 15.0
 """How often `wait` asks `flwr ls` while no run of its has written its report."""
+PROCESS_S = 180.0
+"""How long a `flwr` command or a Flower process may take to answer or listen: beside the
+compose check's image build a `flwr supernode register` took 58 s (a CI run of b4715da)."""
 EXAMPLE_APPS = Path(__file__).resolve().parents[2] / "examples" / "flower" / "apps"
 """The example apps of a source checkout (the demo, the benchmark and the tests use them)."""
 
@@ -110,6 +113,10 @@ class FlowerTestbed:
             # Flower's SuperExec looks for new ServerApp/ClientApp tasks every second by
             # default; every arm of the benchmark runs with the same, shorter poll.
             "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(self.task_poll_s),
+            # No telemetry posts and no update checks from a test bed: every `flwr` process
+            # would try to reach flower.ai (a telemetry post may wait up to 4 s at exit).
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
             **(extra or {}),
         }
         # Flower starts flower-superexec, flwr-serverapp and flwr-clientapp from PATH.
@@ -139,7 +146,7 @@ class FlowerTestbed:
     def bridge_url(self) -> str:
         return f"http://127.0.0.1:{self.bridge_port}"
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = PROCESS_S) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(exist_ok=True)
         self.report_dir.mkdir(exist_ok=True)
@@ -286,7 +293,7 @@ class FlowerTestbed:
                 found += 1
         return found
 
-    def flwr(self, *args: str, timeout: float = 60.0) -> dict[str, object]:
+    def flwr(self, *args: str, timeout: float = PROCESS_S) -> dict[str, object]:
         """A `flwr` command with JSON output."""
         done = subprocess.run(
             [_bin("flwr"), *args, "--format", "json"],
@@ -368,7 +375,7 @@ class FlowerTestbed:
             env=self._env(),
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=PROCESS_S,
         )
         return done.stdout + done.stderr
 

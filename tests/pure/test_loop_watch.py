@@ -38,7 +38,24 @@ def test_a_request_read_just_after_the_watcher_saw_the_stall() -> None:
     watch.tick(last + 1.5, last)  # the watcher's tick ran first
     assert abs(watch.arrived(last + 1.51) - (last + 0.02)) < 1e-9
     assert watch.lag_s > 1.4
-    # Once the loop ticks again, requests read later arrived when they were read.
+    # The watcher ticked again before the handler ran (a starved CPU): still the stall's.
     watch.tick(last + 1.53, last + 1.51)
     watch.tick(last + 1.555, last + 1.535)
-    assert watch.arrived(last + 1.56) == last + 1.56
+    assert abs(watch.arrived(last + 1.9) - (last + 0.02)) < 1e-9
+    # Past half the stall's length after it, requests read arrived when they were read.
+    t = last + 1.555
+    while t < last + 2.4:
+        watch.tick(t + 0.021, t)
+        t += 0.021
+    assert watch.arrived(t) == t
+
+
+def test_a_short_stall_is_remembered_for_two_periods() -> None:
+    watch = ticking(1.0)
+    last = watch._tick
+    assert last is not None
+    watch.tick(last + 0.06, last)  # 40 ms late
+    assert abs(watch.arrived(last + 0.07) - (last + 0.02)) < 1e-9
+    watch.tick(last + 0.081, last + 0.06)
+    watch.tick(last + 0.102, last + 0.081)
+    assert watch.arrived(last + 0.105) == last + 0.105
