@@ -319,7 +319,7 @@ class FlowerTestbed:
         return SubmittedRun(int(str(answer["run-id"])), name, self.report_dir / f"{name}.json")
 
     def statuses(self) -> dict[int, str]:
-        runs = self.flwr("ls", CONNECTION).get("runs", [])
+        runs = self.flwr("ls", CONNECTION, timeout=60).get("runs", [])
         assert isinstance(runs, list)
         return {int(r["run-id"]): f"{r['status']}" for r in runs}
 
@@ -356,7 +356,7 @@ class FlowerTestbed:
                         )
             if pending and time.monotonic() > deadline:
                 names = [r.name for r in pending.values()]
-                logs = "\n".join(self.log(i)[-6000:] for i in pending)
+                logs = "\n".join(self.log(i, timeout=30)[-6000:] for i in pending)
                 raise RuntimeError(f"runs {names} did not finish in {timeout:.0f} s:\n{logs}")
             if pending:
                 time.sleep(1.0)
@@ -369,14 +369,19 @@ class FlowerTestbed:
             f"--- {path.name}\n{tail(path, lines)}" for path in sorted(self.root.glob("*.log"))
         )
 
-    def log(self, run_id: int) -> str:
-        done = subprocess.run(
-            [_bin("flwr"), "log", str(run_id), CONNECTION, "--show"],
-            env=self._env(),
-            capture_output=True,
-            text=True,
-            timeout=PROCESS_S,
-        )
+    def log(self, run_id: int, timeout: float = PROCESS_S) -> str:
+        """The run's `flwr log` ("" and why, when it does not answer within ``timeout``:
+        a failure's message must not wait out a starved machine)."""
+        try:
+            done = subprocess.run(
+                [_bin("flwr"), "log", str(run_id), CONNECTION, "--show"],
+                env=self._env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return f"(flwr log {run_id} did not answer in {timeout:.0f} s)"
         return done.stdout + done.stderr
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -535,7 +535,15 @@ async def test_checkins_go_out_in_batches_on_their_device_partition(
     checkins = await published(topics.CHECKINS)
     # Concurrent check-ins within the linger time share batches.
     answers = await asyncio.gather(*(stack.checkin(d, {attr: 2.0}) for d in devices))
-    assert all(status == 200 for status, _, _ in answers)
+    # A device shed (429: beside two busy loops the gateway, which shares this loop, lagged)
+    # comes back as a device does.
+    for device, (status, payload, _) in zip(devices, answers, strict=True):
+        for _ in range(20):
+            if status != 429:
+                break
+            await asyncio.sleep(0.5)
+            status, payload, _ = await stack.checkin(device, {attr: 2.0})
+        assert status == 200, payload
 
     def mine(event: ev.Event) -> list[ev.DeviceCheckin]:
         return [c for c in ev.checkins_of(event) if c.device_id.endswith(tok)]
