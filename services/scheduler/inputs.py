@@ -348,6 +348,7 @@ class DeciderLoop:
                         at = past
                 self.ledger.forget(tp.topic, tp.partition)
                 self.ledger.begin(tp.topic, tp.partition, at)
+            self.offsets = InputOffsets(self.ledger)
             now = time.time()
             self.state.rebuild(now)
             stopped_clean = stopped_cleanly(self.state.store)
@@ -416,7 +417,6 @@ class DeciderLoop:
         check-ins wait in their partitions (see the module's docstring); the records read."""
         control = [tp for tp in parts if tp.topic in CATCH_UP]
         ends = await consumer.end_offsets(control)
-        self.offsets = InputOffsets(self.ledger)
         started, read = time.monotonic(), 0
         while not self.stopping.is_set():
             todo = [tp for tp in control if await consumer.position(tp) < ends[tp]]
