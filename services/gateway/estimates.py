@@ -1,9 +1,11 @@
 """Completion estimates for submissions with ``finish_by``, off the gateway's process.
 
-An estimate (`venn.core.admission.estimate_submission`, the fluid model of the IRS plan)
-costs about the square of the jobs the scheduler's snapshot holds: 2.3-3.6 s for 1,000
-jobs, run on the event loop, held every check-in of the gateway that long (issue 34,
-item 3). Here it runs in one worker process of its own (started at the first estimate,
+An estimate (`venn.core.admission.estimate_submission`, the fluid model of the IRS plan
+over 16 scenarios of later arrivals) costs a pass over every job the scheduler's snapshot
+holds per job completion it models: 2.8 s of CPU for the 2,000 jobs of
+tests/broker/test_gateway_hostile.py (7.3 s before the model read its jobs as columns).
+Run on the event loop, it held every check-in of the gateway that long (issue 34, item 3).
+Here it runs in one worker process of its own (started at the first estimate,
 niced), one at a time, with at most `ESTIMATES_WAITING` submissions waiting for it (more:
 429 ``busy``). A thread was not enough: it shares the interpreter lock with the event
 loop, and on a loaded machine check-ins were shed 429 ``overloaded`` while it ran. The
