@@ -167,6 +167,40 @@ def metrics_text(port: int) -> str:
     return "\n".join(line for line in body.splitlines() if line.startswith("venn_"))
 
 
+LOG_MARKS = {
+    "rejoin": "(Re-)joining group",
+    "assigned": "deciding",
+    "caught_up": "caught up:",
+}
+"""The successor's own log lines that time its steps: aiokafka's rejoin (it learnt of the
+rebalance), its decider's loop starting (the group gave it the decider's partition), and
+the end of its catch-up read (`services/scheduler/inputs.py`)."""
+
+
+def timeline(log: Path, since: float) -> dict[str, float | None]:
+    """Seconds from ``since`` to the first line after it of each of `LOG_MARKS` in a worker's
+    log (Faust's and logging's ``[YYYY-mm-dd HH:MM:SS,mmm]`` stamps, local time)."""
+    found: dict[str, float | None] = dict.fromkeys(LOG_MARKS)
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return found
+    for line in text.splitlines():
+        if not line.startswith("[") or "]" not in line:
+            continue
+        try:
+            stamp = time.mktime(time.strptime(line[1:20], "%Y-%m-%d %H:%M:%S"))
+            at = stamp + int(line[21:24]) / 1000
+        except ValueError:
+            continue
+        if at < since:
+            continue
+        for key, mark in LOG_MARKS.items():
+            if found[key] is None and mark in line:
+                found[key] = round(at - since, 2)
+    return found
+
+
 async def deciding(ports: dict[str, int]) -> list[str]:
     states = {n: await asyncio.to_thread(worker_metric, p, DECIDING) for n, p in ports.items()}
     return [n for n, s in states.items() if s == 1.0]
@@ -249,12 +283,14 @@ async def one_run(bootstrap: str, run_dir: Path, workers: int, rate: float) -> d
         load = float(Path("/proc/loadavg").read_text().split()[0])
         rest = {n: p for n, p in ports.items() if n != decider}
         promoted_s: float | None = None
+        successor = ""
         first: tuple[ev.Assignment, float] | None = None
         while first is None or promoted_s is None:
             if time.time() - killed_at > TIMEOUT_S:
                 raise RuntimeError("no assignment after the kill")
-            if promoted_s is None and await deciding(rest):
+            if promoted_s is None and (now_deciding := await deciding(rest)):
                 promoted_s = time.time() - killed_at
+                successor = now_deciding[0]
             after = [(a, t) for a, t in seen.seen.values() if a.time > killed_at]
             if after and first is None:
                 first = min(after, key=lambda at: at[0].time)
@@ -271,6 +307,9 @@ async def one_run(bootstrap: str, run_dir: Path, workers: int, rate: float) -> d
             "decided_s": round(first[0].time - killed_at, 2),
             "seen_s": round(first[1] - killed_at, 2),
             "deciding_metric_s": round(promoted_s, 2),
+            "successor_log_s": timeline(
+                Path(stack.settings.run_dir) / f"{successor}.log", killed_at
+            ),
             "before_kill": sum(a.time <= killed_at for a, _ in seen.seen.values()),
             **seen.violations(),
         }
@@ -306,6 +345,10 @@ async def measure(runs: int, workers: int, rate: float, run_dir: Path) -> list[d
         broker.stop()
 
 
+def steps(marks: dict[str, float | None]) -> str:
+    return " / ".join("-" if marks.get(k) is None else f"{marks[k]:.2f}" for k in LOG_MARKS)
+
+
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     done = [r for r in results if "failed" not in r]
     decided = [r["decided_s"] for r in done]
@@ -318,20 +361,22 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "",
         "| run | SIGKILL -> first assignment decided, s | -> seen on venn.assignments, s "
         "| -> successor reports deciding, s | assigned before the kill | load at the kill "
+        "| successor's log: rejoining / deciding / caught up, s "
         "| devices assigned twice | over demand | after the expiry |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for i, r in enumerate(results, 1):
         if "failed" in r:
             lines.append(
-                f"| {i} | **failed: {r['failed']}** | | | | | {r['devices_twice']} | "
+                f"| {i} | **failed: {r['failed']}** | | | | | | {r['devices_twice']} | "
                 f"{r['over_demand']} | {r['after_expiry']} |"
             )
             continue
         lines.append(
             f"| {i} | **{r['decided_s']:.2f}** | {r['seen_s']:.2f} | "
             f"{r['deciding_metric_s']:.2f} | {r['before_kill']} | {r.get('load', 0):.1f} | "
-            f"{r['devices_twice']} | {r['over_demand']} | {r['after_expiry']} |"
+            f"{steps(r.get('successor_log_s', {}))} | {r['devices_twice']} | "
+            f"{r['over_demand']} | {r['after_expiry']} |"
         )
     broken = sum(r["devices_twice"] + r["over_demand"] + r["after_expiry"] for r in results)
     failed = len(results) - len(done)
