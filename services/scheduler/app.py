@@ -40,7 +40,12 @@ from services.scheduler.web import STALLED_S, add_pages
 from venn.auth import Tokens
 from venn.auth.revocations import follow_revocations
 from venn.broker import security, topics
-from venn.broker.faust_adapter import STANDBY_MEMORY_STORE, OneDeciderAssignor, follow_decider
+from venn.broker.faust_adapter import (
+    CONSUMER_SCHEME,
+    STANDBY_MEMORY_STORE,
+    OneDeciderAssignor,
+    follow_decider,
+)
 from venn.broker.health import BrokerWatch
 from venn.broker.ledger import OffsetLedger
 from venn.broker.stream import StreamStats, authorized
@@ -94,6 +99,7 @@ def worker_app(settings: Settings) -> faust.App:
     return faust.App(
         settings.app_id,
         broker=f"kafka://{settings.broker}",
+        broker_consumer=f"{CONSUMER_SCHEME}://{settings.broker}",
         store=STANDBY_MEMORY_STORE,
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=1,
